@@ -1,0 +1,2 @@
+#include <fmt/core.h>
+int main() { fmt::print("ckv\n"); return 0; }
