@@ -16,10 +16,10 @@ namespace ckv {
 
 // A metadata value. Integers of any width are widened; arrays keep their element kind.
 struct GgufArray {
-  std::vector<int64_t> ints;          // u8..i64 and bool elements
-  std::vector<double> floats;         // f32/f64 elements
-  std::vector<std::string> strings;   // string elements
-  uint32_t element_type = 0;          // GGUF value type id of the elements
+  std::vector<int64_t> ints;         // u8..i64 and bool elements
+  std::vector<double> floats;        // f32/f64 elements
+  std::vector<std::string> strings;  // string elements
+  uint32_t element_type = 0;         // GGUF value type id of the elements
   uint64_t size() const { return ints.size() + floats.size() + strings.size(); }
 };
 using GgufValue = std::variant<int64_t, uint64_t, double, bool, std::string, GgufArray>;

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/mapped_file.h"
@@ -32,6 +33,12 @@ class SafetensorsFile final : public TensorSource {
   std::map<std::string, std::string> metadata_;
 };
 
+// Parses the text of a model.safetensors.index.json: tensor name -> shard file name. Shard
+// names must be plain file names (no directories), so an index cannot point outside its
+// folder. Throws FormatError naming `source`.
+std::map<std::string, std::string> parse_safetensors_index(std::string_view json_text,
+                                                           const std::string& source);
+
 // A model directory: model.safetensors, or the shards named by model.safetensors.index.json.
 class SafetensorsDir final : public TensorSource {
  public:
@@ -42,6 +49,7 @@ class SafetensorsDir final : public TensorSource {
   Tensor load_f32(std::string_view name) const override;
 
  private:
+  std::filesystem::path dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> owner_;  // tensor name -> shard index

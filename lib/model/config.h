@@ -8,10 +8,12 @@
 
 namespace ckv {
 
+class GgufFile;
+
 enum class Architecture { Llama, Qwen2 };
 
 struct RopeScaling {
-  std::string type = "default";        // "default" or "llama3"
+  std::string type = "default";  // "default" or "llama3"
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
@@ -43,6 +45,15 @@ struct ModelConfig {
 // Throws UnsupportedError naming the architecture when it is not llama or qwen2.
 Architecture parse_architecture(const std::string& name, const std::string& source);
 
+// From an HF config.json (transformers 4 `rope_theta`/`rope_scaling` or transformers 5
+// `rope_parameters`). Throws FormatError for missing or mistyped fields, UnsupportedError
+// for architectures and options ckv does not implement. Does not call validate().
 ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& source);
+
+// From GGUF metadata ({arch}.* keys, MODELS.md). vocab falls back to the tokenizer's token
+// count, then to token_embd's rows; tied_embeddings is set when output.weight is absent.
+// GGUF keeps llama3 rope factors in the tensor rope_freqs.weight, so rope_scaling stays
+// "default" here and the loader fills ModelWeights::rope_freq_factors. Does not validate().
+ModelConfig config_from_gguf(const GgufFile& gguf);
 
 }  // namespace ckv

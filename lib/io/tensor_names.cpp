@@ -1,0 +1,72 @@
+#include "io/tensor_names.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace ckv {
+namespace {
+
+// Canonical names follow GGUF's short names, prefixed "blk.N." per layer.
+constexpr WeightName kTable[] = {
+    {WeightKind::TokenEmbd, false, "token_embd.weight", "model.embed_tokens.weight",
+     "token_embd.weight"},
+    {WeightKind::OutputNorm, false, "output_norm.weight", "model.norm.weight",
+     "output_norm.weight"},
+    {WeightKind::Output, false, "output.weight", "lm_head.weight", "output.weight"},
+    {WeightKind::RopeFreqs, false, "rope_freqs.weight", "", "rope_freqs.weight"},
+    {WeightKind::AttnNorm, true, "blk.{}.attn_norm.weight",
+     "model.layers.{}.input_layernorm.weight", "blk.{}.attn_norm.weight"},
+    {WeightKind::AttnQ, true, "blk.{}.attn_q.weight", "model.layers.{}.self_attn.q_proj.weight",
+     "blk.{}.attn_q.weight"},
+    {WeightKind::AttnK, true, "blk.{}.attn_k.weight", "model.layers.{}.self_attn.k_proj.weight",
+     "blk.{}.attn_k.weight"},
+    {WeightKind::AttnV, true, "blk.{}.attn_v.weight", "model.layers.{}.self_attn.v_proj.weight",
+     "blk.{}.attn_v.weight"},
+    {WeightKind::AttnQBias, true, "blk.{}.attn_q.bias", "model.layers.{}.self_attn.q_proj.bias",
+     "blk.{}.attn_q.bias"},
+    {WeightKind::AttnKBias, true, "blk.{}.attn_k.bias", "model.layers.{}.self_attn.k_proj.bias",
+     "blk.{}.attn_k.bias"},
+    {WeightKind::AttnVBias, true, "blk.{}.attn_v.bias", "model.layers.{}.self_attn.v_proj.bias",
+     "blk.{}.attn_v.bias"},
+    {WeightKind::AttnOutput, true, "blk.{}.attn_output.weight",
+     "model.layers.{}.self_attn.o_proj.weight", "blk.{}.attn_output.weight"},
+    {WeightKind::FfnNorm, true, "blk.{}.ffn_norm.weight",
+     "model.layers.{}.post_attention_layernorm.weight", "blk.{}.ffn_norm.weight"},
+    {WeightKind::FfnGate, true, "blk.{}.ffn_gate.weight", "model.layers.{}.mlp.gate_proj.weight",
+     "blk.{}.ffn_gate.weight"},
+    {WeightKind::FfnUp, true, "blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight",
+     "blk.{}.ffn_up.weight"},
+    {WeightKind::FfnDown, true, "blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight",
+     "blk.{}.ffn_down.weight"},
+};
+
+std::string expand(std::string_view pattern, bool per_layer, int64_t layer) {
+  if (pattern.empty() || !per_layer) return std::string(pattern);
+  return fmt::format(fmt::runtime(pattern), layer);
+}
+
+}  // namespace
+
+std::span<const WeightName> weight_name_table() {
+  return kTable;
+}
+
+const WeightName& weight_name(WeightKind kind) {
+  for (const WeightName& w : kTable) {
+    if (w.kind == kind) return w;
+  }
+  fail("no name table entry for weight kind {}", static_cast<int>(kind));
+}
+
+std::string hf_name(WeightKind kind, int64_t layer) {
+  const WeightName& w = weight_name(kind);
+  return expand(w.hf, w.per_layer, layer);
+}
+
+std::string gguf_name(WeightKind kind, int64_t layer) {
+  const WeightName& w = weight_name(kind);
+  return expand(w.gguf, w.per_layer, layer);
+}
+
+}  // namespace ckv

@@ -1,0 +1,46 @@
+#pragma once
+// The one canonical weight-name table: each weight of a llama/qwen2 decoder, its name in
+// HF checkpoints and in GGUF files (llama.cpp's llama-arch naming). Loaders translate file
+// names through this table and nowhere else. Per-layer patterns hold "{}" for the layer.
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace ckv {
+
+enum class WeightKind {
+  TokenEmbd,   // [vocab, d_model]
+  OutputNorm,  // [d_model]
+  Output,      // [vocab, d_model] (absent when tied to TokenEmbd)
+  RopeFreqs,   // [d_head/2] llama3 rope divisors (GGUF only; HF derives them from config)
+  AttnNorm,    // [d_model]
+  AttnQ,       // [n_head*d_head, d_model]
+  AttnK,       // [n_kv_head*d_head, d_model]
+  AttnV,       // [n_kv_head*d_head, d_model]
+  AttnQBias,   // [n_head*d_head]
+  AttnKBias,   // [n_kv_head*d_head]
+  AttnVBias,   // [n_kv_head*d_head]
+  AttnOutput,  // [d_model, n_head*d_head]
+  FfnNorm,     // [d_model]
+  FfnGate,     // [d_ff, d_model]
+  FfnUp,       // [d_ff, d_model]
+  FfnDown,     // [d_model, d_ff]
+};
+
+struct WeightName {
+  WeightKind kind;
+  bool per_layer;
+  std::string_view canonical;  // ckv's own name, e.g. "blk.{}.attn_q.weight"
+  std::string_view hf;         // "" when HF checkpoints do not store it
+  std::string_view gguf;
+};
+
+std::span<const WeightName> weight_name_table();
+const WeightName& weight_name(WeightKind kind);
+
+// File names for a weight; `layer` is ignored for global weights. Empty when the format
+// does not store that weight.
+std::string hf_name(WeightKind kind, int64_t layer = 0);
+std::string gguf_name(WeightKind kind, int64_t layer = 0);
+
+}  // namespace ckv

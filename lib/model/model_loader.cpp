@@ -1,0 +1,234 @@
+// load_model: a GGUF file or an HF safetensors directory to float32 weights in HF layout.
+// File names go through the canonical table (io/tensor_names.h); every tensor's shape is
+// checked against the config before it is read; GGUF's llama Q/K row permutation is undone.
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "io/gguf.h"
+#include "io/safetensors.h"
+#include "io/tensor_names.h"
+#include "model/model.h"
+
+namespace ckv {
+namespace {
+
+using NameFn = std::function<std::string(WeightKind, int64_t)>;
+
+// The HF shape each weight must have under config c.
+std::vector<int64_t> expected_shape(WeightKind kind, const ModelConfig& c) {
+  const int64_t q_rows = c.n_head * c.d_head;
+  const int64_t kv_rows = c.n_kv_head * c.d_head;
+  switch (kind) {
+    case WeightKind::TokenEmbd:
+    case WeightKind::Output:
+      return {c.vocab, c.d_model};
+    case WeightKind::OutputNorm:
+    case WeightKind::AttnNorm:
+    case WeightKind::FfnNorm:
+      return {c.d_model};
+    case WeightKind::RopeFreqs:
+      return {c.d_head / 2};
+    case WeightKind::AttnQ:
+      return {q_rows, c.d_model};
+    case WeightKind::AttnK:
+    case WeightKind::AttnV:
+      return {kv_rows, c.d_model};
+    case WeightKind::AttnQBias:
+      return {q_rows};
+    case WeightKind::AttnKBias:
+    case WeightKind::AttnVBias:
+      return {kv_rows};
+    case WeightKind::AttnOutput:
+      return {c.d_model, q_rows};
+    case WeightKind::FfnGate:
+    case WeightKind::FfnUp:
+      return {c.d_ff, c.d_model};
+    case WeightKind::FfnDown:
+      return {c.d_model, c.d_ff};
+  }
+  return {};
+}
+
+struct WeightJob {
+  Tensor* dst;
+  std::string file_name;
+  std::vector<int64_t> shape;
+};
+
+// Lists every tensor the config calls for, checks presence and shape in table order (so the
+// first problem reported is deterministic), then reads them in parallel.
+void load_weights(const TensorSource& src, const NameFn& name_of, const ModelConfig& c,
+                  const std::string& source, ModelWeights& w) {
+  std::vector<WeightJob> jobs;
+  auto add = [&](Tensor* dst, WeightKind kind, int64_t layer) {
+    jobs.push_back({dst, name_of(kind, layer), expected_shape(kind, c)});
+  };
+  add(&w.token_embd, WeightKind::TokenEmbd, 0);
+  add(&w.output_norm, WeightKind::OutputNorm, 0);
+  if (!c.tied_embeddings) add(&w.output, WeightKind::Output, 0);
+  w.layers.resize(static_cast<size_t>(c.n_layer));
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    LayerWeights& L = w.layers[static_cast<size_t>(l)];
+    add(&L.attn_norm, WeightKind::AttnNorm, l);
+    add(&L.wq, WeightKind::AttnQ, l);
+    add(&L.wk, WeightKind::AttnK, l);
+    add(&L.wv, WeightKind::AttnV, l);
+    if (c.attention_bias) {
+      add(&L.bq, WeightKind::AttnQBias, l);
+      add(&L.bk, WeightKind::AttnKBias, l);
+      add(&L.bv, WeightKind::AttnVBias, l);
+    }
+    add(&L.wo, WeightKind::AttnOutput, l);
+    add(&L.ffn_norm, WeightKind::FfnNorm, l);
+    add(&L.w_gate, WeightKind::FfnGate, l);
+    add(&L.w_up, WeightKind::FfnUp, l);
+    add(&L.w_down, WeightKind::FfnDown, l);
+  }
+  for (const WeightJob& job : jobs) {
+    const TensorInfo* info = src.find(job.file_name);
+    if (info == nullptr) fail<FormatError>("{}: missing tensor '{}'", source, job.file_name);
+    if (info->shape != job.shape) {
+      fail<FormatError>("{}: tensor '{}' has shape [{}], expected [{}] from the config", source,
+                        job.file_name, fmt::join(info->shape, ", "), fmt::join(job.shape, ", "));
+    }
+  }
+  ThreadPool pool(0);
+  pool.parallel_for(static_cast<int64_t>(jobs.size()), [&](int64_t i) {
+    WeightJob& job = jobs[static_cast<size_t>(i)];
+    *job.dst = src.load_f32(job.file_name);
+  });
+}
+
+// llama.cpp's converter stores the rows of each llama q/k head interleaved (MODELS.md):
+// GGUF row h*d_head + 2i + j holds HF row h*d_head + j*d_head/2 + i. Works for a weight
+// [heads*d_head, d_model] and for a bias [heads*d_head] alike (a bias row has one column).
+void unpermute_rows(Tensor& t, int64_t n_heads, int64_t d_head) {
+  if (t.empty()) return;
+  const int64_t cols = t.numel() / (n_heads * d_head);
+  const int64_t half = d_head / 2;
+  std::vector<float> out(t.storage().size());
+  for (int64_t h = 0; h < n_heads; ++h) {
+    for (int64_t i = 0; i < half; ++i) {
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t gguf_row = h * d_head + 2 * i + j;
+        const int64_t hf_row = h * d_head + j * half + i;
+        std::copy_n(t.data() + gguf_row * cols, cols, out.data() + hf_row * cols);
+      }
+    }
+  }
+  t.storage() = std::move(out);
+}
+
+void fill_source_info(const TensorSource& src, const std::filesystem::path& path, Model& m) {
+  m.source.path = path;
+  m.source.format = std::string(src.format());
+  m.source.tensor_count = src.tensors().size();
+  for (const TensorInfo& t : src.tensors())
+    ++m.source.dtype_counts[std::string(dtype_name(t.dtype))];
+}
+
+Model load_gguf(const std::filesystem::path& path) {
+  const std::string source = path.string();
+  const GgufFile gguf(path);
+  Model m;
+  m.config = config_from_gguf(gguf);
+  m.config.validate(source);
+  load_weights(
+      gguf, [](WeightKind k, int64_t l) { return gguf_name(k, l); }, m.config, source, m.weights);
+  if (m.config.arch == Architecture::Llama) {
+    for (LayerWeights& L : m.weights.layers) {
+      unpermute_rows(L.wq, m.config.n_head, m.config.d_head);
+      unpermute_rows(L.bq, m.config.n_head, m.config.d_head);
+      unpermute_rows(L.wk, m.config.n_kv_head, m.config.d_head);
+      unpermute_rows(L.bk, m.config.n_kv_head, m.config.d_head);
+    }
+  }
+  const std::string rope_name = gguf_name(WeightKind::RopeFreqs);
+  if (const TensorInfo* info = gguf.find(rope_name)) {
+    const std::vector<int64_t> want = expected_shape(WeightKind::RopeFreqs, m.config);
+    if (info->shape != want) {
+      fail<FormatError>("{}: tensor '{}' has shape [{}], expected [{}] (d_head/2)", source,
+                        rope_name, fmt::join(info->shape, ", "), fmt::join(want, ", "));
+    }
+    m.weights.rope_freq_factors = gguf.load_f32(rope_name).storage();
+  }
+  if (gguf.get_string("tokenizer.ggml.model")) m.tokenizer = tokenizer_from_gguf(gguf);
+  fill_source_info(gguf, path, m);
+  return m;
+}
+
+Model load_hf_dir(const std::filesystem::path& dir) {
+  const std::filesystem::path config_path = dir / "config.json";
+  if (!std::filesystem::exists(config_path)) {
+    fail<FormatError>("{}: no config.json in the model directory", dir.string());
+  }
+  const MappedFile config_file(config_path);
+  const auto* text = reinterpret_cast<const char*>(config_file.bytes().data());
+  const nlohmann::json j =
+      nlohmann::json::parse(text, text + config_file.size(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) fail<FormatError>("{}: not valid JSON", config_path.string());
+  Model m;
+  m.config = config_from_hf_json(j, config_path.string());
+  m.config.validate(config_path.string());
+  const SafetensorsDir weights(dir);
+  load_weights(
+      weights, [](WeightKind k, int64_t l) { return hf_name(k, l); }, m.config, dir.string(),
+      m.weights);
+  const std::filesystem::path tokenizer_path = dir / "tokenizer.json";
+  if (std::filesystem::exists(tokenizer_path)) m.tokenizer = tokenizer_from_json(tokenizer_path);
+  fill_source_info(weights, dir, m);
+  return m;
+}
+
+}  // namespace
+
+Model load_model(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(status)) {
+    fail<IoError>("{}: no such file or directory", path.string());
+  }
+  if (std::filesystem::is_directory(status)) return load_hf_dir(path);
+  // A file of an HF checkpoint stands for its directory.
+  const std::string name = path.filename().string();
+  if (name == "config.json" || name.ends_with(".safetensors") || name.ends_with(".index.json")) {
+    return load_hf_dir(path.parent_path().empty() ? "." : path.parent_path());
+  }
+  return load_gguf(path);
+}
+
+std::filesystem::path default_model_path() {
+  if (const char* env = std::getenv("CKV_MODEL"); env != nullptr && *env != '\0') {
+    if (!std::filesystem::exists(env)) {
+      fail<InputError>("CKV_MODEL={}: no such file or directory", env);
+    }
+    return env;
+  }
+  const std::filesystem::path relative = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  std::vector<std::filesystem::path> starts;
+  std::error_code ec;
+  starts.push_back(std::filesystem::current_path(ec));
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) starts.push_back(exe.parent_path());
+  for (std::filesystem::path dir : starts) {
+    while (!dir.empty()) {
+      const std::filesystem::path candidate = dir / relative;
+      if (std::filesystem::is_regular_file(candidate, ec)) return candidate;
+      if (dir == dir.root_path() || dir.parent_path() == dir) break;
+      dir = dir.parent_path();
+    }
+  }
+  fail<InputError>(
+      "default model {} not found in the working directory, next to the "
+      "executable or any of their parents; run scripts/setup.sh (or "
+      "scripts/fetch_model.sh) to fetch it, or pass --model / set CKV_MODEL",
+      relative.string());
+}
+
+}  // namespace ckv

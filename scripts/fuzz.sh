@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (clang, ASan + UBSan) in build-fuzz and runs each for the
+# given number of seconds, seeding its corpus from the small valid files in tests/data.
+#   scripts/fuzz.sh [SECONDS_PER_TARGET=60] [TARGET...]
+# Targets: gguf safetensors safetensors_index config_json. Corpora grow in fuzz/corpus/,
+# crashing inputs land in fuzz/artifacts/ (both git-ignored). Prints runs and crashes per
+# target; exits non-zero when any target crashed.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+seconds=${1:-60}
+shift || true
+targets=("$@")
+((${#targets[@]})) || targets=(gguf safetensors safetensors_index config_json)
+build=${CKV_FUZZ_BUILD_DIR:-$root/build-fuzz}
+jobs=${CKV_FUZZ_BUILD_JOBS:-2}
+
+cmake -S "$root" -B "$build" -DCKV_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
+  -DCKV_CUDA=OFF -DCKV_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j "$jobs" --target $(printf 'fuzz_%s ' "${targets[@]}") >/dev/null
+
+data=$root/tests/data/loaders
+seeds() {
+  case $1 in
+    gguf) ls "$data"/*.gguf ;;
+    safetensors) ls "$data"/*.safetensors "$data"/*/*.safetensors ;;
+    safetensors_index) ls "$data"/*/model.safetensors.index.json ;;
+    config_json) ls "$data"/*/config.json ;;
+  esac
+}
+dict() { case $1 in gguf) echo "$root/fuzz/gguf.dict" ;; *) echo "$root/fuzz/json.dict" ;; esac; }
+
+status=0
+summary=()
+for t in "${targets[@]}"; do
+  corpus=$root/fuzz/corpus/$t
+  artifacts=$root/fuzz/artifacts/$t
+  mkdir -p "$corpus" "$artifacts"
+  seeds "$t" | while read -r f; do cp -n "$f" "$corpus/" 2>/dev/null || true; done
+  log=$build/fuzz_$t.log
+  before=$(find "$artifacts" -type f | wc -l)
+  set +e
+  # -max_len covers the largest seed (the tiny GGUF models are ~60 KB).
+  "$build/fuzz/fuzz_$t" "$corpus" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 \
+    -timeout=10 -dict="$(dict "$t")" -artifact_prefix="$artifacts/" -print_final_stats=1 \
+    >"$log" 2>&1
+  rc=$?
+  set -e
+  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
+  crashes=$(( $(find "$artifacts" -type f | wc -l) - before ))
+  ((rc == 0 && crashes == 0)) || status=1
+  summary+=("$(printf '%-18s runs %-10s crashes %-3s exit %s  (log %s)' "$t" "${runs:-?}" "$crashes" "$rc" "$log")")
+done
+printf '%s\n' "${summary[@]}"
+exit $status

@@ -1,0 +1,104 @@
+// Dequantisation against the gguf package (tests/reference/make_quant_goldens.py): every
+// supported type must give the same float32 bits as gguf.quants.dequantize.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/quant.h"
+
+namespace {
+
+const std::filesystem::path kQuantDir = std::filesystem::path(CKV_TEST_DATA_DIR) / "quant";
+
+std::vector<uint8_t> read_bytes(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot open " + p.string());
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+ckv::DType dtype_of(const std::string& name) {
+  for (ckv::DType t : {ckv::DType::F32, ckv::DType::F16, ckv::DType::BF16, ckv::DType::Q8_0,
+                       ckv::DType::Q4_0, ckv::DType::Q4_1, ckv::DType::Q4_K, ckv::DType::Q6_K}) {
+    if (ckv::dtype_name(t) == name) return t;
+  }
+  throw std::runtime_error("unknown type in manifest: " + name);
+}
+
+nlohmann::json manifest() {
+  std::ifstream f(kQuantDir / "manifest.json");
+  return nlohmann::json::parse(f);
+}
+
+}  // namespace
+
+TEST(Quant, ManifestCoversEveryType) {
+  const nlohmann::json m = manifest();
+  ASSERT_EQ(m.at("format_version").get<int>(), 1);
+  std::set<std::string> types;
+  for (const auto& e : m.at("types")) types.insert(e.at("type").get<std::string>());
+  EXPECT_EQ(types,
+            (std::set<std::string>{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"}));
+}
+
+TEST(Quant, BitEqualToGgufPackage) {
+  for (const auto& e : manifest().at("types")) {
+    const std::string name = e.at("type").get<std::string>();
+    SCOPED_TRACE(name);
+    const ckv::DType t = dtype_of(name);
+    const std::vector<uint8_t> in = read_bytes(kQuantDir / e.at("input").get<std::string>());
+    const std::vector<uint8_t> out = read_bytes(kQuantDir / e.at("output").get<std::string>());
+    const auto n = e.at("elements").get<int64_t>();
+    ASSERT_EQ(in.size(), ckv::storage_bytes(t, n));
+    ASSERT_EQ(out.size(), static_cast<size_t>(n) * 4);
+    std::vector<float> got(static_cast<size_t>(n));
+    ckv::dequantize(t, in, got);
+    int64_t mismatches = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t want_bits = 0;
+      std::memcpy(&want_bits, out.data() + 4 * i, 4);
+      const auto got_bits = std::bit_cast<uint32_t>(got[static_cast<size_t>(i)]);
+      if (got_bits != want_bits && mismatches++ < 5) {
+        ADD_FAILURE() << name << " element " << i << ": got " << got[static_cast<size_t>(i)]
+                      << " (0x" << std::hex << got_bits << "), gguf gives "
+                      << std::bit_cast<float>(want_bits) << " (0x" << want_bits << std::dec << ")";
+      }
+    }
+    EXPECT_EQ(mismatches, 0);
+  }
+}
+
+TEST(Quant, SizesFollowGgmlBlockTable) {
+  EXPECT_EQ(ckv::storage_bytes(ckv::DType::Q8_0, 64), 68u);
+  EXPECT_EQ(ckv::storage_bytes(ckv::DType::Q4_0, 32), 18u);
+  EXPECT_EQ(ckv::storage_bytes(ckv::DType::Q4_1, 32), 20u);
+  EXPECT_EQ(ckv::storage_bytes(ckv::DType::Q4_K, 256), 144u);
+  EXPECT_EQ(ckv::storage_bytes(ckv::DType::Q6_K, 512), 420u);
+  EXPECT_EQ(ckv::storage_bytes(ckv::DType::BF16, 3), 6u);
+}
+
+TEST(Quant, RejectsPartialBlocksAndWrongSizes) {
+  EXPECT_THROW(ckv::storage_bytes(ckv::DType::Q4_K, 255), ckv::FormatError);
+  EXPECT_THROW(ckv::storage_bytes(ckv::DType::Q8_0, -32), ckv::FormatError);
+  std::vector<uint8_t> src(33);
+  std::vector<float> dst(32);
+  EXPECT_THROW(ckv::dequantize(ckv::DType::Q8_0, src, dst), ckv::FormatError);
+}
+
+TEST(Quant, HalfPrecisionSpecialValues) {
+  EXPECT_EQ(ckv::f16_to_f32(0x3C00), 1.0f);
+  EXPECT_EQ(ckv::f16_to_f32(0xC000), -2.0f);
+  EXPECT_EQ(ckv::f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(ckv::f16_to_f32(0x7BFF), 65504.0f);
+  EXPECT_TRUE(std::isinf(ckv::f16_to_f32(0x7C00)));
+  EXPECT_TRUE(std::isnan(ckv::f16_to_f32(0x7E00)));
+  EXPECT_EQ(std::bit_cast<uint32_t>(ckv::f16_to_f32(0x8000)), 0x80000000u);
+  EXPECT_EQ(ckv::bf16_to_f32(0x3F80), 1.0f);
+}
