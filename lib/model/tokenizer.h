@@ -14,7 +14,7 @@ namespace ckv {
 class GgufFile;
 
 struct ChatMessage {
-  std::string role;     // "system", "user", "assistant"
+  std::string role;  // "system", "user", "assistant"
   std::string content;
 };
 
@@ -42,7 +42,19 @@ class Tokenizer {
                                           bool add_generation_prompt = true) const = 0;
 };
 
+// HF tokenizer.json (a tokenizer_config.json beside it adds the chat template, add_bos_token
+// and the bos/eos tokens). IoError when it cannot be opened, FormatError for malformed files,
+// UnsupportedError for models, normalizers or pre-tokenisers ckv does not implement; all name
+// the file.
 std::unique_ptr<Tokenizer> tokenizer_from_json(const std::filesystem::path& tokenizer_json);
+// GGUF metadata tokenizer.ggml.* (model "gpt2" or "llama") and tokenizer.chat_template.
 std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& gguf);
+
+// Token ids given directly (`--tokens FILE`): integers separated by whitespace and/or commas,
+// or one JSON array of integers. InputError names the source and the offending entry, also
+// for ids outside [0, vocab_size).
+std::vector<int32_t> parse_token_ids(std::string_view text, std::string_view source,
+                                     int64_t vocab_size);
+std::vector<int32_t> read_token_ids(const std::filesystem::path& path, int64_t vocab_size);
 
 }  // namespace ckv

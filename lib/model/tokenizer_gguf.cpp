@@ -1,0 +1,120 @@
+// Tokenizer from GGUF metadata (MODELS.md "Tokenizers"); behaviour follows llama.cpp, the
+// reference for GGUF vocabularies (src/llama-vocab.cpp: pre-tokeniser names and defaults).
+#include "core/error.h"
+#include "io/gguf.h"
+#include "model/tokenizer_spec.h"
+
+namespace ckv {
+namespace {
+
+struct PreSettings {
+  PreTokenizerKind kind;
+  bool ignore_merges = false;
+  bool add_bos = false;  // llama.cpp's default when tokenizer.ggml.add_bos_token is absent
+};
+
+PreSettings pre_settings(const std::optional<std::string>& pre, const std::string& source) {
+  if (!pre || *pre == "default") return {PreTokenizerKind::llamacpp_default};
+  if (*pre == "gpt-2" || *pre == "gpt2") return {PreTokenizerKind::gpt2};
+  if (*pre == "smollm") return {PreTokenizerKind::smollm};
+  if (*pre == "qwen2") return {PreTokenizerKind::qwen2};
+  if (*pre == "llama-bpe" || *pre == "llama3" || *pre == "llama-v3")
+    return {PreTokenizerKind::llama3, true, true};
+  fail<UnsupportedError>(
+      "{}: tokenizer.ggml.pre '{}' is not supported (supported: default, gpt-2, smollm, "
+      "llama-bpe, qwen2)",
+      source, *pre);
+}
+
+TokenRole role_of(int64_t type) {
+  switch (type) {
+    case 2:
+      return TokenRole::unknown;
+    case 3:
+      return TokenRole::control;
+    case 4:
+      return TokenRole::user_defined;
+    case 5:
+      return TokenRole::unused;
+    case 6:
+      return TokenRole::byte;
+    default:
+      return TokenRole::normal;
+  }
+}
+
+int32_t token_id(const GgufFile& gguf, std::string_view key, int32_t fallback) {
+  auto v = gguf.get_int(key);
+  return v ? static_cast<int32_t>(*v) : fallback;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& gguf) {
+  TokenizerSpec spec;
+  spec.source = gguf.path().string();
+  auto model = gguf.get_string("tokenizer.ggml.model");
+  if (!model) fail<FormatError>("{}: no tokenizer (tokenizer.ggml.model is missing)", spec.source);
+  if (*model != "gpt2" && *model != "llama")
+    fail<UnsupportedError>("{}: tokenizer.ggml.model '{}' is not supported (gpt2 or llama)",
+                           spec.source, *model);
+  auto tokens = gguf.get_string_array("tokenizer.ggml.tokens");
+  if (!tokens || tokens->empty())
+    fail<FormatError>("{}: tokenizer.ggml.tokens is missing or empty", spec.source);
+  spec.tokens = std::move(*tokens);
+  const size_t n = spec.tokens.size();
+
+  spec.roles.assign(n, TokenRole::normal);
+  if (auto types = gguf.get_int_array("tokenizer.ggml.token_type")) {
+    if (types->size() != n)
+      fail<FormatError>("{}: tokenizer.ggml.token_type has {} entries for {} tokens", spec.source,
+                        types->size(), n);
+    for (size_t i = 0; i < n; ++i) spec.roles[i] = role_of((*types)[i]);
+  }
+
+  if (*model == "gpt2") {
+    PreSettings pre = pre_settings(gguf.get_string("tokenizer.ggml.pre"), spec.source);
+    spec.byte_level = true;
+    spec.pre = pre.kind;
+    spec.ignore_merges = pre.ignore_merges;
+    spec.add_bos = pre.add_bos;
+    auto merges = gguf.get_string_array("tokenizer.ggml.merges");
+    if (!merges)
+      fail<FormatError>("{}: tokenizer.ggml.merges is missing for a gpt2 tokenizer", spec.source);
+    for (const auto& m : *merges) {
+      size_t space = m.find(' ', 1);  // a merge is "left right"; pieces never contain ' '
+      if (space == std::string::npos)
+        fail<FormatError>("{}: tokenizer.ggml.merges entry '{}' is not 'left right'", spec.source,
+                          m);
+      spec.merges.emplace_back(m.substr(0, space), m.substr(space + 1));
+    }
+    spec.bos_id = token_id(gguf, "tokenizer.ggml.bos_token_id", -1);
+    spec.eos_id = token_id(gguf, "tokenizer.ggml.eos_token_id", -1);
+    spec.unk_id = token_id(gguf, "tokenizer.ggml.unknown_token_id", -1);
+  } else {  // "llama"
+    spec.byte_level = false;
+    spec.pre = PreTokenizerKind::none;
+    auto scores = gguf.get_float_array("tokenizer.ggml.scores");
+    if (!scores || scores->size() != n)
+      fail<FormatError>("{}: tokenizer.ggml.scores is missing or does not have {} entries",
+                        spec.source, n);
+    spec.scores.assign(scores->begin(), scores->end());
+    spec.add_bos = true;  // llama.cpp's SPM defaults: BOS, a prefix space, ids 1/2/0
+    bool space_prefix = gguf.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
+    spec.prefix_space = space_prefix ? PrefixSpace::every_fragment : PrefixSpace::none;
+    spec.strip_decoded_prefix = space_prefix;
+    spec.bos_id = token_id(gguf, "tokenizer.ggml.bos_token_id", 1);
+    spec.eos_id = token_id(gguf, "tokenizer.ggml.eos_token_id", 2);
+    spec.unk_id = token_id(gguf, "tokenizer.ggml.unknown_token_id", 0);
+  }
+  for (int32_t* id : {&spec.bos_id, &spec.eos_id, &spec.unk_id})
+    if (*id < -1 || *id >= static_cast<int64_t>(n))
+      fail<FormatError>("{}: special token id {} is outside the vocabulary of {} tokens",
+                        spec.source, *id, n);
+  if (auto add_bos = gguf.get_bool("tokenizer.ggml.add_bos_token")) spec.add_bos = *add_bos;
+  if (spec.bos_id < 0) spec.add_bos = false;
+  spec.chat_template = gguf.get_string("tokenizer.chat_template").value_or("");
+  return make_tokenizer(std::move(spec));
+}
+
+}  // namespace ckv
