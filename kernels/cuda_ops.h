@@ -1,9 +1,26 @@
 #pragma once
 // Host-side launch API of the CUDA kernels. No CUDA types appear here, so lib/ and apps/
-// include it in builds without nvcc; there available() is false.
+// include it in builds without nvcc; there available() is false and every launcher throws
+// std::runtime_error("... built without CUDA").
+// Errors from CUDA or cuBLAS throw std::runtime_error naming the call, file and line.
+#include <cstdint>
+
 namespace ckv::cuda {
 
 // True when ckv was built with CUDA and a device is present.
 bool available();
+
+// RMSNorm (ops/rms_norm.h): y = x * rsqrt(mean(x^2) + eps) * w, one CUDA block per row.
+// Host pointers, copied through device buffers. x, y: [rows, cols]; w: [cols].
+void rms_norm(const float* x_host, const float* w_host, float* y_host, int64_t rows, int64_t cols,
+              float eps);
+// The same on device pointers; synchronous (waits for the kernel and checks it).
+void rms_norm_device(const float* x, const float* w, float* y, int64_t rows, int64_t cols,
+                     float eps);
+
+// Linear layer y = x W^T with cuBLAS (fp32 SGEMM). Host pointers. x: [rows, in];
+// w: [out, in] (HF layout); y: [rows, out].
+void linear(const float* x_host, const float* w_host, float* y_host, int64_t rows, int64_t in,
+            int64_t out);
 
 }  // namespace ckv::cuda

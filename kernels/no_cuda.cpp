@@ -1,6 +1,28 @@
 // Built instead of the .cu files when nvcc is absent: the launch API reports no device.
+#include <stdexcept>
+
 #include "cuda_ops.h"
 
 namespace ckv::cuda {
-bool available() { return false; }
+
+namespace {
+[[noreturn]] void no_cuda(const char* what) {
+  throw std::runtime_error(std::string("cuda::") + what + ": ckv was built without CUDA");
+}
+}  // namespace
+
+bool available() {
+  return false;
+}
+
+void rms_norm(const float*, const float*, float*, int64_t, int64_t, float) {
+  no_cuda("rms_norm");
+}
+void rms_norm_device(const float*, const float*, float*, int64_t, int64_t, float) {
+  no_cuda("rms_norm_device");
+}
+void linear(const float*, const float*, float*, int64_t, int64_t, int64_t) {
+  no_cuda("linear");
+}
+
 }  // namespace ckv::cuda

@@ -1,0 +1,177 @@
+#include "model/forward.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "ops/linear.h"
+#include "ops/mlp.h"
+#include "ops/rms_norm.h"
+
+namespace ckv {
+
+namespace {
+
+void expect_shape(const Tensor& t, std::vector<int64_t> shape, const std::string& name) {
+  if (t.shape() != shape)
+    fail<FormatError>("weight {} has shape {}, the config needs {}", name, t.shape_string(),
+                      Tensor::numel_of(shape) >= 0 ? Tensor(shape).shape_string() : "");
+}
+
+// x: [seq, heads*d_head] -> out: [heads, seq, d_head] (the recorded, per-head layout).
+void split_heads(const Tensor& x, int64_t heads, int64_t d_head, Tensor& out) {
+  const int64_t seq = x.dim(0);
+  if (out.shape() != std::vector<int64_t>{heads, seq, d_head}) out = Tensor({heads, seq, d_head});
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t s = 0; s < seq; ++s)
+      std::copy_n(x.data() + s * heads * d_head + h * d_head, d_head,
+                  out.data() + (h * seq + s) * d_head);
+}
+
+void check_rows(std::span<const int64_t> rows, int64_t seq, const char* what) {
+  for (int64_t r : rows)
+    if (r < 0 || r >= seq) fail<InputError>("{}: row {} outside the {} tokens", what, r, seq);
+}
+
+}  // namespace
+
+bool RecordRequest::wants_layer(int64_t layer) const {
+  return layers.empty() || std::find(layers.begin(), layers.end(), layer) != layers.end();
+}
+
+Forward::Forward(const ModelConfig& config, const ModelWeights& weights, ForwardOptions options)
+    : config_(config), weights_(weights), options_(options), pool_(options.threads) {
+  const ModelConfig& c = config;
+  if (c.n_layer <= 0 || c.n_head <= 0 || c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0 ||
+      c.d_head <= 0 || c.d_head % 2 != 0)
+    fail<FormatError>("model config: n_layer {}, n_head {}, n_kv_head {}, d_head {} invalid",
+                      c.n_layer, c.n_head, c.n_kv_head, c.d_head);
+  if (static_cast<int64_t>(weights.layers.size()) != c.n_layer)
+    fail<FormatError>("model has {} layers of weights, the config says {}", weights.layers.size(),
+                      c.n_layer);
+  expect_shape(weights.token_embd, {c.vocab, c.d_model}, "token_embd");
+  expect_shape(weights.output_norm, {c.d_model}, "output_norm");
+  expect_shape(weights.lm_head(), {c.vocab, c.d_model}, "output");
+  const int64_t q_dim = c.n_head * c.d_head, kv_dim = c.n_kv_head * c.d_head;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& w = weights.layers[static_cast<size_t>(l)];
+    const std::string p = fmt::format("blk.{}.", l);
+    expect_shape(w.attn_norm, {c.d_model}, p + "attn_norm");
+    expect_shape(w.wq, {q_dim, c.d_model}, p + "attn_q");
+    expect_shape(w.wk, {kv_dim, c.d_model}, p + "attn_k");
+    expect_shape(w.wv, {kv_dim, c.d_model}, p + "attn_v");
+    if (!w.bq.empty()) expect_shape(w.bq, {q_dim}, p + "attn_q.bias");
+    if (!w.bk.empty()) expect_shape(w.bk, {kv_dim}, p + "attn_k.bias");
+    if (!w.bv.empty()) expect_shape(w.bv, {kv_dim}, p + "attn_v.bias");
+    expect_shape(w.wo, {c.d_model, q_dim}, p + "attn_output");
+    expect_shape(w.ffn_norm, {c.d_model}, p + "ffn_norm");
+    expect_shape(w.w_gate, {c.d_ff, c.d_model}, p + "ffn_gate");
+    expect_shape(w.w_up, {c.d_ff, c.d_model}, p + "ffn_up");
+    expect_shape(w.w_down, {c.d_model, c.d_ff}, p + "ffn_down");
+  }
+  inv_freq_ = rope_inv_freq(c, weights.rope_freq_factors);
+}
+
+void Forward::check_request(int64_t seq, const ForwardRequest& request) const {
+  const RecordRequest& rec = request.record;
+  if (!rec.empty() && request.recorder == nullptr)
+    fail<InputError>("forward: tensors requested for recording but no recorder given");
+  for (int64_t l : rec.layers)
+    if (l < 0 || l >= config_.n_layer)
+      fail<InputError>("forward: layer {} outside the model's {} layers", l, config_.n_layer);
+  check_rows(rec.attn_rows, seq, "attention rows");
+  check_rows(rec.head_out_rows, seq, "head output rows");
+  check_rows(request.logit_rows, seq, "logit rows");
+  for (const auto& [layer, spans] : request.mask)
+    if (layer < 0 || layer >= config_.n_layer)
+      fail<InputError>("attention mask: layer {} outside the model's {} layers", layer,
+                       config_.n_layer);
+}
+
+ForwardResult Forward::run(std::span<const int32_t> tokens, const ForwardRequest& request) {
+  const ModelConfig& c = config_;
+  const auto seq = static_cast<int64_t>(tokens.size());
+  if (seq == 0) fail<InputError>("forward: no tokens");
+  if (c.context_length > 0 && seq > c.context_length)
+    fail<InputError>("forward: {} tokens exceed the model's context of {}", seq, c.context_length);
+  for (int64_t i = 0; i < seq; ++i)
+    if (tokens[static_cast<size_t>(i)] < 0 || tokens[static_cast<size_t>(i)] >= c.vocab)
+      fail<InputError>("forward: token id {} at position {} outside the vocabulary [0, {})",
+                       tokens[static_cast<size_t>(i)], i, c.vocab);
+  check_request(seq, request);
+  if (rope_.seq < seq) rope_ = make_rope_table(inv_freq_, seq);
+
+  resid_ = Tensor({seq, c.d_model});
+  for (int64_t i = 0; i < seq; ++i)
+    resid_.matrix().row(i) = weights_.token_embd.matrix().row(tokens[static_cast<size_t>(i)]);
+
+  const float eps = static_cast<float>(c.rms_eps);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+    const bool record = !request.record.empty() && request.record.wants_layer(l);
+    rms_norm(resid_, w.attn_norm, eps, normed_);
+    attention_block(l, request, record);
+    resid_.matrix() += block_out_.matrix();
+    rms_norm(resid_, w.ffn_norm, eps, normed_);
+    gated_mlp(normed_, w.w_gate, w.w_up, w.w_down, block_out_, pool_, gate_, up_);
+    resid_.matrix() += block_out_.matrix();
+    if (record && request.record.residual) request.recorder->on_residual(l, resid_);
+  }
+
+  ForwardResult result;
+  result.logit_rows = request.logit_rows;
+  if (result.logit_rows.empty()) result.logit_rows = {seq - 1};
+  const auto r = static_cast<int64_t>(result.logit_rows.size());
+  Tensor last({r, c.d_model});  // [r_logits, d_model]
+  for (int64_t i = 0; i < r; ++i)
+    last.matrix().row(i) = resid_.matrix().row(result.logit_rows[static_cast<size_t>(i)]);
+  rms_norm(last, weights_.output_norm, eps, last);
+  linear(last, weights_.lm_head(), Tensor(), result.logits, pool_);
+  return result;
+}
+
+// normed_ [seq, d_model] -> block_out_ [seq, d_model]: the attention block's output.
+void Forward::attention_block(int64_t layer, const ForwardRequest& request, bool record) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  linear(normed_, w.wq, w.bq, q_lin_, pool_);  // [seq, n_head*d_head]
+  linear(normed_, w.wk, w.bk, k_lin_, pool_);  // [seq, n_kv_head*d_head]
+  linear(normed_, w.wv, w.bv, v_lin_, pool_);  // [seq, n_kv_head*d_head]
+  split_heads(q_lin_, c.n_head, c.d_head, q_);
+  split_heads(k_lin_, c.n_kv_head, c.d_head, k_);
+  split_heads(v_lin_, c.n_kv_head, c.d_head, v_);
+  apply_rope(q_, rope_);
+  apply_rope(k_, rope_);
+  if (record && request.record.qkv) request.recorder->on_qkv(layer, q_, k_, v_);
+
+  AttentionParams params;
+  params.query_block = options_.query_block;
+  if (auto it = request.mask.find(layer); it != request.mask.end()) params.mask = it->second;
+  if (record && !request.record.attn_rows.empty()) {
+    params.prob_rows = request.record.attn_rows;
+    params.probs = &probs_;
+  }
+  causal_attention(q_, k_, v_, context_, params, pool_);  // context_ [seq, n_head*d_head]
+  if (params.probs != nullptr)
+    request.recorder->on_attention(layer, request.record.attn_rows, probs_);
+  if (record && !request.record.head_out_rows.empty()) record_head_outputs(layer, request);
+  linear(context_, w.wo, Tensor(), block_out_, pool_);  // [seq, d_model]
+}
+
+void Forward::record_head_outputs(int64_t layer, const ForwardRequest& request) {
+  const ModelConfig& c = config_;
+  const std::vector<int64_t>& rows = request.record.head_out_rows;
+  const auto r = static_cast<int64_t>(rows.size());
+  const Tensor& wo = weights_.layers[static_cast<size_t>(layer)].wo;  // [d_model, n_head*d_head]
+  Tensor head_out({c.n_head, r, c.d_model});
+  pool_.parallel_for(c.n_head, [&](int64_t h) {
+    RowMatrix ctx(r, c.d_head);  // [r, d_head]: head h's attention output at the rows
+    for (int64_t i = 0; i < r; ++i)
+      ctx.row(i) =
+          context_.matrix().row(rows[static_cast<size_t>(i)]).segment(h * c.d_head, c.d_head);
+    MatrixMap out(head_out.data() + h * r * c.d_model, r, c.d_model);  // [r, d_model]
+    out.noalias() = ctx * wo.matrix().middleCols(h * c.d_head, c.d_head).transpose();
+  });
+  request.recorder->on_head_outputs(layer, rows, head_out);
+}
+
+}  // namespace ckv

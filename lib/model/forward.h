@@ -1,0 +1,100 @@
+#pragma once
+// The decoder forward pass of llama and qwen2 models (MODELS.md "Architectures"), fp32 on
+// CPU, with recording and attention-mask intervention. It calls ops only and never
+// branches on device.
+//
+//   Forward fwd(model, {.threads = 2});
+//   ForwardRequest req;
+//   req.record.qkv = true;                 // post-RoPE Q/K/V of every layer
+//   req.record.attn_rows = {seq - 1};      // attention probabilities of the last query
+//   req.recorder = &my_recorder;           // receives them layer by layer
+//   req.mask[3].push_back({.kv_head = 1, .q_begin = 10, .q_end = seq, .keys = {0, 5}});
+//   ForwardResult res = fwd.run(tokens, req);   // res.logits [1, vocab] for the last row
+#include <cstdint>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "model/recorder.h"
+#include "model/weights.h"
+#include "ops/attention.h"
+#include "ops/rope.h"
+
+namespace ckv {
+
+struct ForwardOptions {
+  int threads = 1;           // worker threads for every op (the CLI's --threads)
+  int64_t query_block = 64;  // query rows per attention task; results do not depend on it
+};
+
+struct ForwardRequest {
+  RecordRequest record;
+  Recorder* recorder = nullptr;  // required when record is not empty
+  // Additive attention-logit mask by layer: each span adds `value` (default -inf) to the
+  // logits of (rows [q_begin, q_end), keys) for every query head of KV head kv_head.
+  // Applied inside the blocked attention; nothing n x n is built.
+  std::map<int64_t, std::vector<AttentionMaskSpan>> mask;
+  std::vector<int64_t> logit_rows;  // [r_logits] rows whose logits are returned; empty = last
+};
+
+struct ForwardResult {
+  std::vector<int64_t> logit_rows;  // [r_logits]
+  Tensor logits;                    // [r_logits, vocab]
+};
+
+// Holds the thread pool and scratch buffers; one run at a time (not thread-safe). The
+// config and weights must outlive it.
+class Forward {
+ public:
+  // Checks every weight's shape against the config; throws FormatError naming the tensor.
+  Forward(const ModelConfig& config, const ModelWeights& weights, ForwardOptions options = {});
+  explicit Forward(const Model& model, ForwardOptions options = {})
+      : Forward(model.config, model.weights, options) {}
+
+  // tokens: [seq] ids in [0, vocab). Throws InputError for an empty or over-long sequence,
+  // ids out of range, rows or mask spans outside the sequence or model.
+  ForwardResult run(std::span<const int32_t> tokens, const ForwardRequest& request = {});
+
+  const ModelConfig& config() const { return config_; }
+  int threads() const { return pool_.size(); }
+
+ private:
+  void check_request(int64_t seq, const ForwardRequest& request) const;
+  void attention_block(int64_t layer, const ForwardRequest& request, bool record);
+  void record_head_outputs(int64_t layer, const ForwardRequest& request);
+
+  const ModelConfig& config_;
+  const ModelWeights& weights_;
+  ForwardOptions options_;
+  ThreadPool pool_;
+  std::vector<float> inv_freq_;  // [d_head/2]
+
+  // Scratch reused across layers and runs.
+  Tensor resid_;                  // [seq, d_model]
+  Tensor normed_;                 // [seq, d_model]
+  Tensor q_lin_, k_lin_, v_lin_;  // [seq, n_head*d_head], [seq, n_kv_head*d_head] x2
+  Tensor q_, k_, v_;              // [n_head|n_kv_head, seq, d_head]
+  Tensor context_;                // [seq, n_head*d_head]
+  Tensor block_out_;              // [seq, d_model]
+  Tensor gate_, up_;              // [seq, d_ff]
+  Tensor probs_;                  // [n_head, r, seq]
+  RopeTable rope_;
+};
+
+// Prefill timing for docs/PERF.md: best wall time of `repeats` runs over n_tokens
+// synthetic ids. With record = true every layer's Q/K/V, the last row's attention and the
+// residual stream are delivered to a recorder that copies them (what `dump` does).
+struct PrefillTiming {
+  int64_t tokens = 0;
+  int threads = 0;
+  double best_seconds = 0;
+  double tokens_per_second = 0;
+};
+PrefillTiming time_prefill(const ModelConfig& config, const ModelWeights& weights, int64_t n_tokens,
+                           ForwardOptions options, bool record, int repeats);
+
+}  // namespace ckv

@@ -1,0 +1,20 @@
+#pragma once
+// The SiLU-gated MLP of llama and qwen2: y = down(silu(gate(x)) * up(x)).
+#include "core/tensor.h"
+
+namespace ckv {
+
+class ThreadPool;
+
+// x: [rows, d_model]; w_gate, w_up: [d_ff, d_model]; w_down: [d_model, d_ff];
+// y: [rows, d_model] (resized). gate_scratch and up_scratch are reused buffers, [rows, d_ff]
+// after the call.
+void gated_mlp(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down,
+               Tensor& y, ThreadPool& pool, Tensor& gate_scratch, Tensor& up_scratch);
+
+namespace detail {
+// gate, up: [n] elementwise; gate <- silu(gate) * up, split over the pool.
+void silu_mul_cpu(float* gate, const float* up, int64_t n, ThreadPool& pool);
+}  // namespace detail
+
+}  // namespace ckv

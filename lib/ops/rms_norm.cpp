@@ -1,0 +1,16 @@
+#include "ops/rms_norm.h"
+
+#include "core/error.h"
+
+namespace ckv {
+
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
+  if (x.rank() < 1 || x.rank() > 2 || weight.rank() != 1 || x.shape().back() != weight.dim(0))
+    fail<InputError>("rms_norm: input {} does not match weight {}", x.shape_string(),
+                     weight.shape_string());
+  if (&y != &x && y.shape() != x.shape()) y = Tensor(x.shape());
+  const int64_t cols = weight.dim(0);
+  detail::rms_norm_cpu(x.data(), weight.data(), y.data(), x.numel() / cols, cols, eps);
+}
+
+}  // namespace ckv

@@ -1,0 +1,18 @@
+#pragma once
+// RMSNorm, as in llama and qwen2: y = x * rsqrt(mean(x^2) + eps) * w, computed in fp32.
+#include "core/tensor.h"
+
+namespace ckv {
+
+class ThreadPool;
+
+// x: [rows, d_model] (rank 1 or 2), weight: [d_model], y: same shape as x (resized if
+// needed; may alias x). Throws InputError on mismatched shapes.
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& y);
+
+namespace detail {
+// x, y: [rows, cols] row-major; w: [cols]. y may equal x.
+void rms_norm_cpu(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps);
+}  // namespace detail
+
+}  // namespace ckv

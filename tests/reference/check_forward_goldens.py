@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Sanity-check tests/data/golden/*.h5 against a second, independent forward pass:
+plain numpy in float64 from the weight files themselves (safetensors read
+directly; GGUF dequantised with gguf-py and un-permuted here; llama3 rope from
+MODELS.md's formula or from rope_freqs.weight). Also: attention rows sum to 1,
+entries after the query are exactly 0. Uses the C++ tests' tolerances (issue 2),
+so a C++ failure against these goldens points at the C++ side.
+Usage: check_forward_goldens.py [golden.h5 ...]   (default: all)
+"""
+import json
+import math
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+from safetensors import safe_open
+
+import gguf
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_tiny_models import ROOT, gguf_name, unpermute_qk  # noqa: E402
+
+DATA = ROOT / "tests" / "data"
+TOL = {"q": 1e-4, "k": 1e-4, "v": 1e-4, "resid": 1e-4, "head_out": 1e-4}
+
+
+def load_hf(path):
+    cfg = json.loads((path / "config.json").read_text())
+    files = sorted(path.glob("*.safetensors"))
+    w = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as st:
+            for k in st.keys():
+                w[k] = st.get_tensor(k).float().numpy().astype(np.float64)
+    rp = cfg.get("rope_parameters") or {}
+    hp = dict(n_layer=cfg["num_hidden_layers"], n_head=cfg["num_attention_heads"],
+              n_kv_head=cfg["num_key_value_heads"], eps=cfg["rms_norm_eps"],
+              d_head=cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"],
+              theta=cfg.get("rope_theta", rp.get("rope_theta", 10000.0)),
+              scaling=cfg.get("rope_scaling") or (rp if rp.get("rope_type") == "llama3" else None))
+    return hp, w
+
+
+def load_gguf(path):
+    r = gguf.GGUFReader(str(path))
+    arch = r.fields["general.architecture"].contents()
+    f = lambda k: r.fields[f"{arch}.{k}"].contents()  # noqa: E731
+    hp = dict(n_layer=f("block_count"), n_head=f("attention.head_count"),
+              n_kv_head=f("attention.head_count_kv"), eps=f("attention.layer_norm_rms_epsilon"),
+              d_head=f("rope.dimension_count"), theta=f("rope.freq_base"), scaling=None)
+    names = {}
+    for l in range(hp["n_layer"]):
+        for sub in ("input_layernorm", "post_attention_layernorm"):
+            names[gguf_name(f"model.layers.{l}.{sub}.weight")] = f"model.layers.{l}.{sub}.weight"
+        for sub in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                    "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
+            hf = f"model.layers.{l}.{sub}.weight"
+            names[gguf_name(hf)] = hf
+    for hf in ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"):
+        names[gguf_name(hf)] = hf
+    w = {}
+    for t in r.tensors:
+        shape = [int(x) for x in reversed(t.shape)]
+        a = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float64)
+        if t.name == "rope_freqs.weight":
+            hp["rope_freqs"] = a
+            continue
+        if arch == "llama" and ".attn_q." in t.name:
+            a = unpermute_qk(a, hp["n_head"])
+        elif arch == "llama" and ".attn_k." in t.name:
+            a = unpermute_qk(a, hp["n_kv_head"])
+        w[names[t.name]] = a
+    return hp, w
+
+
+def inv_freq(hp):
+    dh = hp["d_head"]
+    inv = hp["theta"] ** (-np.arange(0, dh, 2, dtype=np.float64) / dh)
+    if "rope_freqs" in hp:
+        return inv / hp["rope_freqs"]
+    s = hp["scaling"]
+    if s:
+        old, lo, hi, fac = (s["original_max_position_embeddings"], s["low_freq_factor"],
+                            s["high_freq_factor"], s["factor"])
+        wl = 2 * math.pi / inv
+        sm = (old / wl - lo) / (hi - lo)
+        smooth = (1 - sm) * inv / fac + sm * inv
+        inv = np.where(wl > old / lo, inv / fac, np.where(wl < old / hi, inv, smooth))
+    return inv
+
+
+def rope(x, inv):  # x [heads, seq, d_head], HF rotate_half
+    ang = np.arange(x.shape[1])[:, None] * inv[None, :]
+    cos, sin = np.cos(np.concatenate([ang, ang], 1)), np.sin(np.concatenate([ang, ang], 1))
+    half = x.shape[2] // 2
+    rot = np.concatenate([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rot * sin
+
+
+def rms(x, w, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def forward(hp, w, ids):
+    """Yields (layer, dict) then ("logits", array); float64 throughout."""
+    x = w["model.embed_tokens.weight"][ids]  # [seq, d_model]
+    seq, H, G, dh = len(ids), hp["n_head"], hp["n_kv_head"], hp["d_head"]
+    inv = inv_freq(hp)
+    for l in range(hp["n_layer"]):
+        p = f"model.layers.{l}."
+        xn = rms(x, w[p + "input_layernorm.weight"], hp["eps"])
+
+        def proj(name, heads):
+            y = xn @ w[p + f"self_attn.{name}.weight"].T + w.get(p + f"self_attn.{name}.bias", 0)
+            return y.reshape(seq, heads, dh).transpose(1, 0, 2)
+        q, k, v = rope(proj("q_proj", H), inv), rope(proj("k_proj", G), inv), proj("v_proj", G)
+        kv = np.repeat(np.arange(G), H // G)  # query head h uses KV head h / group
+        logit = q @ k[kv].transpose(0, 2, 1) / math.sqrt(dh)
+        logit = np.where(np.tri(seq, dtype=bool), logit, -np.inf)
+        a = np.exp(logit - logit.max(-1, keepdims=True))
+        a /= a.sum(-1, keepdims=True)
+        o = a @ v[kv]  # [n_head, seq, d_head]
+        wo = w[p + "self_attn.o_proj.weight"]
+        ho = np.stack([o[h] @ wo[:, h * dh:(h + 1) * dh].T for h in range(H)])
+        x = x + ho.sum(0)
+        xn = rms(x, w[p + "post_attention_layernorm.weight"], hp["eps"])
+        g, u = xn @ w[p + "mlp.gate_proj.weight"].T, xn @ w[p + "mlp.up_proj.weight"].T
+        x = x + (g / (1 + np.exp(-g)) * u) @ w[p + "mlp.down_proj.weight"].T
+        yield l, dict(q=q, k=k, v=v, attn=a, head_out=ho, resid=x)
+    head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+    yield "logits", rms(x, w["model.norm.weight"], hp["eps"]) @ head.T
+
+
+def check_file(path, model_rel):
+    mp = DATA / model_rel if not model_rel.startswith("models/SmolLM2") else ROOT / model_rel
+    hp, w = load_gguf(mp) if mp.suffix == ".gguf" else load_hf(mp)
+    worst = {}
+
+    def note(key, val):
+        worst[key] = max(worst.get(key, 0.0), float(val))
+    with h5py.File(path, "r") as f:
+        assert f.attrs["format_version"] == 1
+        for pi in f["prompts"]:
+            g = f["prompts"][pi]
+            ids = g["tokens"][()]
+            for l, ref in forward(hp, w, ids):
+                if l == "logits":
+                    rows = g["logits_rows"][()]
+                    gold, mine = g["logits"][()], ref[rows]
+                    note("logits", np.abs(gold - mine).max() / (mine.max() - mine.min()) / 1e-3)
+                    assert (gold.argmax(-1) == mine.argmax(-1)).all(), f"{path} argmax"
+                    continue
+                lg = g[f"layers/{l}"]
+                if "attn" in lg:
+                    rows = lg["attn_rows"][()]
+                    attn = lg["attn"][()]
+                    note("attn_rowsum", np.abs(attn.sum(-1) - 1).max() / 1e-5)
+                    assert (attn[:, np.arange(len(rows)), :] * (
+                        np.arange(attn.shape[2])[None, None, :] > rows[None, :, None])).max() == 0
+                    note("attn", np.abs(attn - ref["attn"][:, rows]).max() / 1e-5)
+                    note("head_out", np.abs(lg["head_out"][()] - ref["head_out"][:, rows]).max()
+                         / np.abs(ref["head_out"]).max() / 1e-4)
+                for key in ("q", "k", "v", "resid"):
+                    if key in lg:
+                        note(key, np.abs(lg[key][()] - ref[key]).max()
+                             / np.abs(ref[key]).max() / TOL[key])
+                    elif key + "_norm" in lg:
+                        n = np.linalg.norm(ref[key], axis=-1)
+                        note(key + "_norm", np.abs(lg[key + "_norm"][()] - n).max()
+                             / n.max() / TOL[key])
+    bad = {k: v for k, v in worst.items() if v > 0.5}
+    print(f"{path.name} vs {model_rel}: error / tolerance "
+          + ", ".join(f"{k} {v:.2g}" for k, v in sorted(worst.items())))
+    assert not bad, f"{path.name}: numpy forward disagrees with the golden: {bad}"
+
+
+def main():
+    files = [Path(a) for a in sys.argv[1:]] or sorted((DATA / "golden").glob("*.h5"))
+    for path in files:
+        with h5py.File(path, "r") as f:
+            models = [f.attrs["model"]] + ([f.attrs["model_alt"]] if "model_alt" in f.attrs else [])
+        for m in models:
+            if m.startswith("models/SmolLM2") and not (ROOT / m).exists():
+                print(f"skip {path.name}: {m} missing")
+                continue
+            check_file(path, m)
+    print("all goldens agree with the numpy forward pass")
+
+
+if __name__ == "__main__":
+    main()

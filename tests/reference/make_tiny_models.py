@@ -1,0 +1,361 @@
+#!/usr/bin/env python3
+"""Write the tiny random models under tests/data/models/ (seeded, deterministic).
+
+HF directories (config.json + safetensors):
+  tiny_llama_gqa/    llama, GQA 4/2, untied, default rope, f32, two shards + index
+  tiny_llama3_rope/  llama, GQA 4/2, untied, rope_scaling llama3, f16
+  tiny_qwen2_bias/   qwen2, GQA 4/2, nonzero q/k/v biases, tied, bf16,
+                     config in the transformers-5 style (`rope_parameters`)
+  tiny_llama_tied/   llama, n_kv_head == n_head, tied, explicit head_dim 8
+                     (!= hidden/n_head), f32
+GGUF files:
+  tiny_llama_quant.gguf  llama d_model 256, every supported ggml type on some tensor
+  tiny_llama3_rope.gguf  the exact weights of tiny_llama3_rope/ with llama3 rope
+                         as `rope_freqs.weight` (transformers ignores that tensor,
+                         so its reference is the golden of the safetensors model)
+
+Weights are drawn with numpy from fixed seeds; larger-than-default gains make
+attention peaked enough to test softmax. The HF configs use the hub style
+(`rope_theta`, `rope_scaling`, `torch_dtype`) except qwen2 (see above).
+"""
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+import gguf
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ROOT / "tests" / "data" / "models"
+
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+
+# name -> hyperparameters. d_head = head_dim if given else d_model / n_head.
+SPECS = {
+    "tiny_llama_gqa": dict(arch="llama", vocab=256, d_model=64, n_layer=2, n_head=4,
+                           n_kv_head=2, d_ff=128, theta=10000.0, eps=1e-5, tied=False,
+                           dtype="float32", shards=2, seed=11),
+    "tiny_llama3_rope": dict(arch="llama", vocab=384, d_model=64, n_layer=2, n_head=4,
+                             n_kv_head=2, d_ff=128, theta=50.0, eps=1e-5, tied=False,
+                             dtype="float16", rope_scaling=LLAMA3_ROPE, seed=12),
+    "tiny_qwen2_bias": dict(arch="qwen2", vocab=320, d_model=64, n_layer=2, n_head=4,
+                            n_kv_head=2, d_ff=128, theta=1000.0, eps=1e-6, tied=True,
+                            dtype="bfloat16", seed=13),
+    "tiny_llama_tied": dict(arch="llama", vocab=256, d_model=64, n_layer=2, n_head=4,
+                            n_kv_head=4, head_dim=8, d_ff=128, theta=10000.0, eps=1e-5,
+                            tied=True, dtype="float32", seed=14),
+}
+QUANT_SPEC = dict(arch="llama", vocab=272, d_model=256, n_layer=2, n_head=4, n_kv_head=2,
+                  d_ff=256, theta=10000.0, eps=1e-5, tied=False, dtype="float32", seed=15)
+T = gguf.GGMLQuantizationType
+# GGUF tensor name -> stored type: every supported type at least once, K-quants and
+# F16 on permuted Q/K rows. Norms are F32.
+QUANT_TYPES = {
+    "token_embd": T.Q4_1, "output": T.Q8_0,
+    "blk.0.attn_q": T.Q4_K, "blk.0.attn_k": T.Q6_K, "blk.0.attn_v": T.F32,
+    "blk.0.attn_output": T.Q4_1, "blk.0.ffn_gate": T.Q8_0, "blk.0.ffn_up": T.Q4_0,
+    "blk.0.ffn_down": T.Q6_K,
+    "blk.1.attn_q": T.Q8_0, "blk.1.attn_k": T.F16, "blk.1.attn_v": T.BF16,
+    "blk.1.attn_output": T.Q6_K, "blk.1.ffn_gate": T.Q4_1, "blk.1.ffn_up": T.Q4_K,
+    "blk.1.ffn_down": T.Q4_0,
+}
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+ST_DTYPE_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def d_head(s):
+    return s.get("head_dim", s["d_model"] // s["n_head"])
+
+
+def hf_shapes(s):
+    """HF parameter name -> (shape, kind) in the order HF checkpoints list them."""
+    d, dh, ff = s["d_model"], d_head(s), s["d_ff"]
+    q_out, kv_out = s["n_head"] * dh, s["n_kv_head"] * dh
+    out = {"model.embed_tokens.weight": ((s["vocab"], d), "embed")}
+    for l in range(s["n_layer"]):
+        p = f"model.layers.{l}."
+        out[p + "input_layernorm.weight"] = ((d,), "norm")
+        out[p + "self_attn.q_proj.weight"] = ((q_out, d), "qk")
+        out[p + "self_attn.k_proj.weight"] = ((kv_out, d), "qk")
+        out[p + "self_attn.v_proj.weight"] = ((kv_out, d), "lin")
+        if s["arch"] == "qwen2":
+            out[p + "self_attn.q_proj.bias"] = ((q_out,), "bias")
+            out[p + "self_attn.k_proj.bias"] = ((kv_out,), "bias")
+            out[p + "self_attn.v_proj.bias"] = ((kv_out,), "bias")
+        out[p + "self_attn.o_proj.weight"] = ((d, q_out), "lin")
+        out[p + "post_attention_layernorm.weight"] = ((d,), "norm")
+        out[p + "mlp.gate_proj.weight"] = ((ff, d), "lin")
+        out[p + "mlp.up_proj.weight"] = ((ff, d), "lin")
+        out[p + "mlp.down_proj.weight"] = ((d, ff), "lin")
+    out["model.norm.weight"] = ((d,), "norm")
+    if not s["tied"]:
+        out["lm_head.weight"] = ((s["vocab"], d), "lin")
+    return out
+
+
+def random_weights(s):
+    """f32 numpy weights, already rounded to the storage dtype."""
+    rng = np.random.default_rng(s["seed"])
+    w = {}
+    for name, (shape, kind) in hf_shapes(s).items():
+        if kind == "norm":
+            a = 1.0 + 0.2 * rng.standard_normal(shape)
+        elif kind == "bias":
+            a = 0.5 * rng.standard_normal(shape)
+        elif kind == "embed":
+            a = (0.5 if s["tied"] else 1.0) * rng.standard_normal(shape)
+        else:  # q/k get gain 1.5 so that attention logits spread over a few units
+            gain = 1.5 if kind == "qk" else 1.0
+            a = gain / math.sqrt(shape[1]) * rng.standard_normal(shape)
+        t = torch.from_numpy(a.astype(np.float32)).to(TORCH_DTYPES[s["dtype"]])
+        w[name] = t.to(torch.float32).numpy()
+    return w
+
+
+def hf_config(s):
+    arch = s["arch"]
+    c = {"architectures": ["LlamaForCausalLM" if arch == "llama" else "Qwen2ForCausalLM"],
+         "model_type": arch, "vocab_size": s["vocab"], "hidden_size": s["d_model"],
+         "intermediate_size": s["d_ff"], "num_hidden_layers": s["n_layer"],
+         "num_attention_heads": s["n_head"], "num_key_value_heads": s["n_kv_head"],
+         "hidden_act": "silu", "max_position_embeddings": 256, "rms_norm_eps": s["eps"],
+         "tie_word_embeddings": s["tied"], "bos_token_id": 1, "eos_token_id": 2,
+         "attention_dropout": 0.0}
+    if "head_dim" in s:
+        c["head_dim"] = s["head_dim"]
+    if arch == "llama":
+        c.update(attention_bias=False, mlp_bias=False, rope_theta=s["theta"],
+                 rope_scaling=s.get("rope_scaling"), torch_dtype=s["dtype"])
+    else:  # the transformers-5 spelling, as save_pretrained writes it today
+        c.update(rope_parameters={"rope_type": "default", "rope_theta": s["theta"]},
+                 use_sliding_window=False, sliding_window=None,
+                 max_window_layers=s["n_layer"], dtype=s["dtype"])
+    return c
+
+
+def write_hf(name, s, w):
+    out = MODELS / name
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.safetensors*"):
+        old.unlink()
+    (out / "config.json").write_text(json.dumps(hf_config(s), indent=2) + "\n")
+    tensors = {k: torch.from_numpy(v).to(TORCH_DTYPES[s["dtype"]]).contiguous()
+               for k, v in w.items()}
+    meta = {"format": "pt"}
+    n = s.get("shards", 1)
+    if n == 1:
+        save_file(tensors, str(out / "model.safetensors"), metadata=meta)
+        return
+    names = list(tensors)
+    per = math.ceil(len(names) / n)
+    weight_map, total = {}, 0
+    for i in range(n):
+        fname = f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+        part = {k: tensors[k] for k in names[i * per:(i + 1) * per]}
+        save_file(part, str(out / fname), metadata=meta)
+        for k, t in part.items():
+            weight_map[k] = fname
+            total += t.numel() * ST_DTYPE_SIZE[s["dtype"]]
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+
+
+# ---------------------------------------------------------------- GGUF
+
+
+def permute_qk(w, n_heads):
+    """HF rows -> llama.cpp GGUF rows (convert_hf_to_gguf's LlamaModel.permute):
+    GGUF row h*d_head + 2i + j holds HF row h*d_head + j*d_head/2 + i."""
+    rows = w.shape[0]
+    return (w.reshape(n_heads, 2, rows // n_heads // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def unpermute_qk(w, n_heads):
+    rows = w.shape[0]
+    return (w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def gguf_name(hf):
+    table = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight":
+             "output_norm.weight", "lm_head.weight": "output.weight"}
+    if hf in table:
+        return table[hf]
+    parts = hf.split(".")
+    l, rest = parts[2], ".".join(parts[3:])
+    sub = {"input_layernorm.weight": "attn_norm.weight",
+           "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+           "self_attn.v_proj.weight": "attn_v.weight",
+           "self_attn.o_proj.weight": "attn_output.weight",
+           "post_attention_layernorm.weight": "ffn_norm.weight",
+           "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+           "mlp.down_proj.weight": "ffn_down.weight"}
+    return f"blk.{l}.{sub[rest]}"
+
+
+def random_kquant(rng, qtype, rows, cols, std):
+    """Random valid Q4_K / Q6_K blocks (gguf-py cannot quantise these) whose
+    dequantised values have roughly standard deviation `std` and mean ~0."""
+    nb = rows * cols // 256
+    if qtype == T.Q4_K:  # f16 d, f16 dmin, u8 scales[12], u8 qs[128]
+        blk = rng.integers(0, 256, size=(nb, 144), dtype=np.uint8)
+        d = (std / 216.0 * rng.uniform(0.5, 1.5, nb)).astype(np.float16)
+        dmin = (d.astype(np.float32) * 7.5 * rng.uniform(0.8, 1.2, nb)).astype(np.float16)
+        blk[:, 0:2] = d.view(np.uint8).reshape(nb, 2)
+        blk[:, 2:4] = dmin.view(np.uint8).reshape(nb, 2)
+    else:  # Q6_K: u8 ql[128], u8 qh[64], i8 scales[16], f16 d (last)
+        blk = rng.integers(0, 256, size=(nb, 210), dtype=np.uint8)
+        blk[:, 192:208] = rng.integers(-32, 33, size=(nb, 16)).astype(np.int8).view(np.uint8)
+        d = (std / 350.0 * rng.uniform(0.5, 1.5, nb)).astype(np.float16)
+        blk[:, 208:210] = d.view(np.uint8).reshape(nb, 2)
+    return blk.reshape(rows, -1)
+
+
+def encode(arr, qtype):
+    """f32 array -> bytes as gguf-py stores them (F32/F16 keep their numpy dtype)."""
+    if qtype == T.F32:
+        return arr.astype(np.float32)
+    if qtype == T.F16:
+        return arr.astype(np.float16)
+    return gguf.quants.quantize(arr.astype(np.float32), qtype)
+
+
+# A few BPE merges so the vocabulary is a complete gpt2 tokenizer (llama.cpp and
+# ckv refuse a gpt2 vocabulary without tokenizer.ggml.merges).
+MERGES = [("Ġ", "t"), ("h", "e"), ("i", "n"), ("e", "r"), ("a", "n"), ("Ġ", "a"), ("o", "n"),
+          ("r", "e"), ("Ġt", "he"), ("Ġ", "s"), ("e", "n"), ("a", "t"), ("o", "r"), ("e", "s"),
+          ("Ġ", "w"), ("i", "s")]
+
+
+def byte_vocab(w, vocab):
+    """A minimal gpt2-style vocabulary: the 256 byte tokens (GPT-2 byte-to-unicode
+    order by byte value), the MERGES results, then `<extra_i>` fillers."""
+    bs = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    byte_tok = {b: chr(c) for b, c in zip(bs, cs)}
+    tokens = [byte_tok[b] for b in range(256)] + [a + b for a, b in MERGES]
+    assert len(tokens) <= vocab
+    tokens += [f"<extra_{i}>" for i in range(vocab - len(tokens))]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * len(tokens))
+    w.add_token_merges([f"{a} {b}" for a, b in MERGES])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+
+
+def gguf_header(w, s, name):
+    w.add_name(name)
+    w.add_context_length(256)
+    w.add_embedding_length(s["d_model"])
+    w.add_block_count(s["n_layer"])
+    w.add_feed_forward_length(s["d_ff"])
+    w.add_head_count(s["n_head"])
+    w.add_head_count_kv(s["n_kv_head"])
+    w.add_layer_norm_rms_eps(s["eps"])
+    w.add_rope_freq_base(s["theta"])
+    w.add_rope_dimension_count(d_head(s))
+    w.add_vocab_size(s["vocab"])
+    byte_vocab(w, s["vocab"])
+
+
+def llama3_rope_factors(s):
+    """Per-frequency divisor of the angle, as llama.cpp's converter writes it in
+    rope_freqs.weight (MODELS.md, RoPE)."""
+    r, dh = s["rope_scaling"], d_head(s)
+    old, lo, hi, fac = (r["original_max_position_embeddings"], r["low_freq_factor"],
+                        r["high_freq_factor"], r["factor"])
+    out, regions = [], []
+    for i in range(dh // 2):
+        wavelen = 2 * math.pi / s["theta"] ** (-2 * i / dh)
+        if wavelen < old / hi:
+            region, f = "high", 1.0
+        elif wavelen > old / lo:
+            region, f = "low", fac
+        else:
+            sm = (old / wavelen - lo) / (hi - lo)
+            region, f = "smooth", 1.0 / ((1 - sm) / fac + sm)
+        out.append(f)
+        regions.append(region)
+    return np.array(out, dtype=np.float32), regions
+
+
+def write_gguf(path, s, tensors):
+    """tensors: list of (gguf name, stored array, ggml type or None for F32/F16)."""
+    w = gguf.GGUFWriter(str(path), "llama")
+    gguf_header(w, s, path.stem)
+    for name, arr, qtype in tensors:
+        if qtype in (None, T.F32, T.F16):
+            w.add_tensor(name, arr)
+        else:
+            w.add_tensor(name, arr, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def quant_model():
+    s = QUANT_SPEC
+    rng = np.random.default_rng(s["seed"])
+    hf = random_weights(s)
+    out = []
+    for hname, arr in hf.items():
+        name = gguf_name(hname)
+        base = name.rsplit(".", 1)[0]
+        qtype = QUANT_TYPES.get(base, T.F32)
+        heads = {"attn_q": s["n_head"], "attn_k": s["n_kv_head"]}.get(base.split(".")[-1])
+        if qtype in (T.Q4_K, T.Q6_K):
+            gain = 1.5 if heads else 1.0
+            data = random_kquant(rng, qtype, arr.shape[0], arr.shape[1],
+                                 gain / math.sqrt(arr.shape[1]))
+        else:
+            data = encode(permute_qk(arr, heads) if heads else arr, qtype)
+        out.append((name, data, qtype))
+    write_gguf(MODELS / "tiny_llama_quant.gguf", s, out)
+
+
+def rope_gguf(w):
+    s = SPECS["tiny_llama3_rope"]
+    factors, regions = llama3_rope_factors(s)
+    counts = {r: regions.count(r) for r in ("high", "smooth", "low")}
+    assert all(counts.values()), f"llama3 rope must hit every region, got {counts}"
+    print(f"tiny_llama3_rope: rope regions per frequency {regions}")
+    out = [("rope_freqs.weight", factors, T.F32)]
+    for hname, arr in w.items():
+        base = gguf_name(hname).rsplit(".", 1)[0].split(".")[-1]
+        heads = {"attn_q": s["n_head"], "attn_k": s["n_kv_head"]}.get(base)
+        if arr.ndim == 2:
+            out.append((gguf_name(hname), encode(permute_qk(arr, heads) if heads else arr,
+                                                 T.F16), T.F16))
+        else:
+            out.append((gguf_name(hname), arr.astype(np.float32), T.F32))
+    write_gguf(MODELS / "tiny_llama3_rope.gguf", s, out)
+
+
+def main():
+    MODELS.mkdir(parents=True, exist_ok=True)
+    for name, s in SPECS.items():
+        w = random_weights(s)
+        write_hf(name, s, w)
+        if name == "tiny_llama3_rope":
+            rope_gguf(w)
+    quant_model()
+    for p in sorted(MODELS.rglob("*")):
+        if p.is_file():
+            print(f"{p.relative_to(ROOT)}  {p.stat().st_size} bytes")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+// CPU ops against direct double-precision evaluations of their formulas (MODELS.md).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+#include <random>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "ops/attention.h"
+#include "ops/linear.h"
+#include "ops/mlp.h"
+#include "ops/rms_norm.h"
+#include "ops/rope.h"
+
+namespace ckv {
+namespace {
+
+Tensor random_tensor(std::vector<int64_t> shape, uint32_t seed, float scale = 1.0f) {
+  Tensor t(std::move(shape));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  for (float& x : t.span()) x = dist(rng);
+  return t;
+}
+
+double max_abs_diff(std::span<const float> a, std::span<const double> b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+TEST(ThreadPool, RunsEveryTaskOnceAndRethrows) {
+  ThreadPool pool(3);
+  EXPECT_EQ(pool.size(), 3);
+  std::vector<std::atomic<int>> hits(1000);
+  pool.parallel_for(1000, [&](int64_t i) { hits[static_cast<size_t>(i)]++; });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  EXPECT_THROW(pool.parallel_for(10,
+                                 [](int64_t i) {
+                                   if (i == 7) throw InputError("x");
+                                 }),
+               InputError);
+  pool.parallel_for(4, [&](int64_t i) { hits[static_cast<size_t>(i)]++; });  // still usable
+  EXPECT_EQ(hits[3].load(), 2);
+}
+
+TEST(RmsNorm, MatchesFormula) {
+  const Tensor x = random_tensor({5, 24}, 1, 3.0f), w = random_tensor({24}, 2);
+  Tensor y;
+  rms_norm(x, w, 1e-5f, y);
+  std::vector<double> ref(static_cast<size_t>(x.numel()));
+  for (int64_t r = 0; r < 5; ++r) {
+    double ms = 0;
+    for (int64_t c = 0; c < 24; ++c) ms += std::pow(double{x.data()[r * 24 + c]}, 2) / 24;
+    for (int64_t c = 0; c < 24; ++c)
+      ref[static_cast<size_t>(r * 24 + c)] =
+          x.data()[r * 24 + c] / std::sqrt(ms + 1e-5) * w.data()[c];
+  }
+  EXPECT_LT(max_abs_diff(y.span(), ref), 1e-5 * 3);
+  EXPECT_THROW(rms_norm(x, random_tensor({23}, 3), 1e-5f, y), InputError);
+}
+
+TEST(Rope, InvFreqDefaultAndLlama3Regimes) {
+  ModelConfig c;
+  c.d_head = 8;
+  c.rope_theta = 10000.0;
+  auto inv = rope_inv_freq(c, {});
+  ASSERT_EQ(inv.size(), 4u);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_FLOAT_EQ(inv[static_cast<size_t>(i)], std::pow(10000.0, -2.0 * i / 8));
+  // llama3 with original length 128, low 1, high 4: wavelengths 2*pi/inv are 6.3, 63, 628,
+  // 6283: the first is kept (< 128/4), the last two are divided by the factor (> 128/1)
+  // and the second is interpolated with s = (128/w - 1)/(4 - 1).
+  c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 128};
+  inv = rope_inv_freq(c, {});
+  const double inv1 = std::pow(10000.0, -0.25), s = (128 / (2 * std::numbers::pi / inv1) - 1) / 3;
+  EXPECT_FLOAT_EQ(inv[0], 1.0f);
+  EXPECT_NEAR(inv[1], (1 - s) * inv1 / 8 + s * inv1, 1e-7);
+  EXPECT_FLOAT_EQ(inv[2], static_cast<float>(std::pow(10000.0, -0.5) / 8));
+  EXPECT_FLOAT_EQ(inv[3], static_cast<float>(std::pow(10000.0, -0.75) / 8));
+  // GGUF rope_freqs factors replace the config's scaling: inv / factor.
+  const std::vector<float> factors{1.0f, 2.0f, 4.0f, 8.0f};
+  inv = rope_inv_freq(c, factors);
+  EXPECT_FLOAT_EQ(inv[2], static_cast<float>(std::pow(10000.0, -0.5) / 4));
+  EXPECT_THROW(rope_inv_freq(c, std::vector<float>{1.0f}), FormatError);
+}
+
+TEST(Rope, RotateHalfFormula) {
+  ModelConfig c;
+  c.d_head = 16;
+  c.rope_theta = 500.0;
+  const auto inv = rope_inv_freq(c, {});
+  const RopeTable table = make_rope_table(inv, 40);
+  Tensor x = random_tensor({3, 40, 16}, 4);
+  const Tensor before = x;
+  apply_rope(x, table);
+  std::vector<double> ref(static_cast<size_t>(x.numel()));
+  for (int64_t h = 0; h < 3; ++h)
+    for (int64_t p = 0; p < 40; ++p)
+      for (int64_t i = 0; i < 8; ++i) {
+        const double angle =
+            static_cast<double>(p) * std::pow(500.0, -2.0 * static_cast<double>(i) / 16);
+        const float* in = before.data() + (h * 40 + p) * 16;
+        double* out = ref.data() + (h * 40 + p) * 16;
+        out[i] = in[i] * std::cos(angle) - in[i + 8] * std::sin(angle);
+        out[i + 8] = in[i + 8] * std::cos(angle) + in[i] * std::sin(angle);
+      }
+  // fp32 angles (as HF forms them) differ from exact ones by ~pos * 2^-24 radians.
+  EXPECT_LT(max_abs_diff(x.span(), ref), 2e-5);
+}
+
+TEST(Linear, MatchesNaiveAndIsThreadIndependent) {
+  const Tensor x = random_tensor({37, 50}, 5), w = random_tensor({200, 50}, 6),
+               b = random_tensor({200}, 7);
+  ThreadPool one(1), three(3);
+  Tensor y1, y3;
+  linear(x, w, b, y1, one);
+  linear(x, w, b, y3, three);
+  std::vector<double> ref(37 * 200);
+  for (int64_t r = 0; r < 37; ++r)
+    for (int64_t o = 0; o < 200; ++o) {
+      double s = b.data()[o];
+      for (int64_t i = 0; i < 50; ++i) s += double{x.data()[r * 50 + i]} * w.data()[o * 50 + i];
+      ref[static_cast<size_t>(r * 200 + o)] = s;
+    }
+  EXPECT_LT(max_abs_diff(y1.span(), ref), 1e-4);
+  EXPECT_EQ(y1.storage(), y3.storage());  // bit-identical across thread counts
+  EXPECT_THROW(linear(x, random_tensor({4, 49}, 8), Tensor(), y1, one), InputError);
+}
+
+TEST(GatedMlp, MatchesFormula) {
+  const Tensor x = random_tensor({6, 16}, 9), g = random_tensor({40, 16}, 10, 0.5f),
+               u = random_tensor({40, 16}, 11, 0.5f), d = random_tensor({16, 40}, 12, 0.5f);
+  ThreadPool pool(2);
+  Tensor y, s1, s2;
+  gated_mlp(x, g, u, d, y, pool, s1, s2);
+  std::vector<double> ref(6 * 16, 0.0);
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t f = 0; f < 40; ++f) {
+      double gate = 0, up = 0;
+      for (int64_t i = 0; i < 16; ++i) {
+        gate += double{x.data()[r * 16 + i]} * g.data()[f * 16 + i];
+        up += double{x.data()[r * 16 + i]} * u.data()[f * 16 + i];
+      }
+      const double hidden = gate / (1 + std::exp(-gate)) * up;
+      for (int64_t o = 0; o < 16; ++o)
+        ref[static_cast<size_t>(r * 16 + o)] += hidden * d.data()[o * 40 + f];
+    }
+  EXPECT_LT(max_abs_diff(y.span(), ref), 1e-4);
+}
+
+}  // namespace
+}  // namespace ckv
