@@ -1,0 +1,355 @@
+// Files, groups, handles and error reporting of the HDF5 layer (datasets in
+// h5_dataset.cpp, attributes in h5_attr.cpp).
+#include "io/h5.h"
+
+#include <unistd.h>
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+
+#include "io/h5_detail.h"
+
+namespace ckv::h5 {
+namespace detail {
+
+void silence_hdf5_errors() {
+  static const bool done = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)done;
+}
+
+namespace {
+// Walked from the API call inwards: the first entry says which call failed, the next ones
+// say why. The innermost description is usually the most specific ("file signature not
+// found", "truncated file: eof = ..."), so keep the last non-empty one.
+herr_t keep_description(unsigned /*n*/, const H5E_error2_t* entry, void* out) {
+  if (entry->desc != nullptr && entry->desc[0] != '\0')
+    *static_cast<std::string*>(out) = entry->desc;
+  return 0;
+}
+}  // namespace
+
+std::string take_hdf5_reason() {
+  std::string reason;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, keep_description, &reason);
+  H5Eclear2(H5E_DEFAULT);
+  return reason;
+}
+
+}  // namespace detail
+
+using detail::check;
+using detail::check_id;
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32:
+      return "float32";
+    case DType::F16:
+      return "float16";
+    case DType::F64:
+      return "float64";
+    case DType::I32:
+      return "int32";
+    case DType::I64:
+      return "int64";
+    case DType::U8:
+      return "uint8";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F16:
+      return 2;
+    case DType::F32:
+    case DType::I32:
+      return 4;
+    case DType::F64:
+    case DType::I64:
+      return 8;
+    case DType::U8:
+      return 1;
+  }
+  return 0;
+}
+
+bool is_valid_link_name(std::string_view name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos;
+}
+
+// --- Handle ---------------------------------------------------------------------------
+
+Handle::Handle(const Handle& other) : id_(other.id_) {
+  if (valid()) H5Iinc_ref(id_);
+}
+
+Handle& Handle::operator=(const Handle& other) {
+  if (this != &other) {
+    if (other.valid()) H5Iinc_ref(other.id_);
+    reset();
+    id_ = other.id_;
+  }
+  return *this;
+}
+
+Handle& Handle::operator=(Handle&& other) noexcept {
+  if (this != &other) {
+    reset();
+    id_ = other.id_;
+    other.id_ = H5I_INVALID_HID;
+  }
+  return *this;
+}
+
+void Handle::reset() {
+  // Errors on release cannot be reported from a destructor; File::close() is the checked
+  // path for what matters (data reaching the file).
+  if (valid()) {
+    H5Idec_ref(id_);
+    H5Eclear2(H5E_DEFAULT);
+  }
+  id_ = H5I_INVALID_HID;
+}
+
+// --- Object paths ---------------------------------------------------------------------
+
+std::string Object::where() const {
+  return file_ + ":" + path_;
+}
+
+std::string Object::child_path(std::string_view name) const {
+  std::string path = path_ == "/" ? std::string() : path_;
+  path.push_back('/');
+  path.append(name);
+  return path;
+}
+
+// --- Group ----------------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::string_view> split_path(std::string_view name) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (start <= name.size()) {
+    const size_t slash = name.find('/', start);
+    const size_t end = slash == std::string_view::npos ? name.size() : slash;
+    if (end > start) parts.push_back(name.substr(start, end - start));
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  return parts;
+}
+
+// Link creation properties: create missing intermediate groups.
+Handle intermediate_lcpl(const std::string& where) {
+  Handle lcpl(check_id(H5Pcreate(H5P_LINK_CREATE), where, "creating link properties"));
+  check(H5Pset_create_intermediate_group(lcpl.id(), 1), where, "setting link properties");
+  return lcpl;
+}
+
+// Object kind of a child, or H5I_BADID when it does not exist.
+H5I_type_t child_kind(const Group& group, std::string_view name) {
+  if (!group.exists(name)) return H5I_BADID;
+  const std::string n(name);
+  const hid_t id = H5Oopen(group.id(), n.c_str(), H5P_DEFAULT);
+  if (id < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return H5I_BADID;
+  }
+  const H5I_type_t kind = H5Iget_type(id);
+  H5Oclose(id);
+  return kind;
+}
+
+herr_t collect_name(hid_t /*group*/, const char* name, const H5L_info_t* /*info*/, void* out) {
+  static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+  return 0;
+}
+
+}  // namespace
+
+Group Group::create_group(std::string_view name) {
+  const std::string path = child_path(name);
+  const std::string where = file_ + ":" + path;
+  if (exists(name)) fail<Error>("{}: cannot create group, the name exists", where);
+  const Handle lcpl = intermediate_lcpl(where);
+  Handle gcpl(check_id(H5Pcreate(H5P_GROUP_CREATE), where, "creating group properties"));
+  // No timestamps: two runs with the same inputs give the same file contents.
+  check(H5Pset_obj_track_times(gcpl.id(), 0), where, "setting group properties");
+  const std::string n(name);
+  Handle group(check_id(H5Gcreate2(id(), n.c_str(), lcpl.id(), gcpl.id(), H5P_DEFAULT), where,
+                        "cannot create group"));
+  return Group(std::move(group), file_, path);
+}
+
+Group Group::open_group(std::string_view name) const {
+  const std::string path = child_path(name);
+  const std::string where = file_ + ":" + path;
+  if (!exists(name)) fail<FormatError>("{}: no such group", where);
+  const std::string n(name);
+  Handle group(check_id<FormatError>(H5Gopen2(id(), n.c_str(), H5P_DEFAULT), where,
+                                     "cannot open as a group"));
+  return Group(std::move(group), file_, path);
+}
+
+Group Group::require_group(std::string_view name) {
+  return exists(name) ? open_group(name) : create_group(name);
+}
+
+bool Group::exists(std::string_view name) const {
+  // H5Lexists fails (rather than answering no) when an intermediate link is missing, so
+  // check the path one component at a time.
+  std::string prefix;
+  for (const std::string_view part : split_path(name)) {
+    if (!prefix.empty()) prefix += '/';
+    prefix += part;
+    const htri_t found = H5Lexists(id(), prefix.c_str(), H5P_DEFAULT);
+    if (found < 0) {
+      H5Eclear2(H5E_DEFAULT);
+      return false;
+    }
+    if (found == 0) return false;
+  }
+  return !prefix.empty();
+}
+
+bool Group::is_group(std::string_view name) const {
+  return child_kind(*this, name) == H5I_GROUP;
+}
+
+bool Group::is_dataset(std::string_view name) const {
+  return child_kind(*this, name) == H5I_DATASET;
+}
+
+std::vector<std::string> Group::children() const {
+  std::vector<std::string> names;
+  hsize_t index = 0;
+  check<FormatError>(H5Literate(id(), H5_INDEX_NAME, H5_ITER_INC, &index, collect_name, &names),
+                     where(), "cannot list group members");
+  return names;
+}
+
+void Group::remove(std::string_view name) {
+  const std::string n(name);
+  check(H5Ldelete(id(), n.c_str(), H5P_DEFAULT), file_ + ":" + child_path(name), "cannot unlink");
+}
+
+// --- File -----------------------------------------------------------------------------
+
+namespace {
+
+// Crash safety for --resume. HDF5 updates metadata in place, so a process killed while
+// HDF5 writes metadata can leave a file whose last flushed state is damaged. Two settings
+// keep writes of metadata to File::flush() (where the run is between records):
+//  * a fixed 64 MiB metadata cache that never writes dirty entries early (no minimum clean
+//    fraction, no resizing): clean entries are evicted, dirty ones wait for the flush; a
+//    record dirties well under 1 MiB of metadata;
+//  * no reuse of freed file space (aggregators only), so new data never overwrites space
+//    that the last flushed metadata still points to.
+// A kill during a flush itself can still damage the file; the window is milliseconds.
+constexpr size_t kMetadataCacheBytes = size_t{64} << 20;
+
+Handle writer_access_plist(const std::string& where) {
+  Handle fapl(check_id(H5Pcreate(H5P_FILE_ACCESS), where, "creating file access properties"));
+  H5AC_cache_config_t config;
+  config.version = H5AC__CURR_CACHE_CONFIG_VERSION;
+  check(H5Pget_mdc_config(fapl.id(), &config), where, "reading the metadata cache settings");
+  config.set_initial_size = 1;
+  config.initial_size = kMetadataCacheBytes;
+  config.max_size = kMetadataCacheBytes;
+  config.min_size = kMetadataCacheBytes;
+  config.min_clean_fraction = 0.0;
+  config.incr_mode = H5C_incr__off;
+  config.flash_incr_mode = H5C_flash_incr__off;
+  config.decr_mode = H5C_decr__off;
+  config.evictions_enabled = 1;
+  check(H5Pset_mdc_config(fapl.id(), &config), where, "setting the metadata cache");
+  return fapl;
+}
+
+Handle writer_create_plist(const std::string& where) {
+  Handle fcpl(check_id(H5Pcreate(H5P_FILE_CREATE), where, "creating file creation properties"));
+  check(H5Pset_file_space_strategy(fcpl.id(), H5F_FSPACE_STRATEGY_AGGR, 0, 1), where,
+        "setting the file space strategy");
+  return fcpl;
+}
+
+}  // namespace
+
+File File::create(const std::filesystem::path& path) {
+  detail::silence_hdf5_errors();
+  const std::string name = path.string();
+  const Handle fcpl = writer_create_plist(name);
+  const Handle fapl = writer_access_plist(name);
+  errno = 0;
+  Handle file(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, fcpl.id(), fapl.id()));
+  if (!file.valid()) {
+    const std::string reason = detail::take_hdf5_reason();
+    // HDF5's reason for a failed create is generic ("unable to open file"); errno is not.
+    if (errno != 0) fail<IoError>("{}: cannot create HDF5 file: {}", name, std::strerror(errno));
+    fail<IoError>("{}: cannot create HDF5 file ({})", name, reason);
+  }
+  Handle root(check_id(H5Gopen2(file.id(), "/", H5P_DEFAULT), name, "cannot open root group"));
+  File out(std::move(file), std::move(root), name);
+  out.flush();  // an empty but valid file on disk before any record is written
+  return out;
+}
+
+File File::open(const std::filesystem::path& path, bool writable) {
+  detail::silence_hdf5_errors();
+  const std::string name = path.string();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) fail<IoError>("{}: no such file", name);
+  if (std::filesystem::is_directory(path, ec))
+    fail<IoError>("{}: is a directory, not a file", name);
+  if (::access(path.c_str(), writable ? (R_OK | W_OK) : R_OK) != 0)
+    fail<IoError>("{}: cannot open{}: {}", name, writable ? " for writing" : "",
+                  std::strerror(errno));
+  const htri_t is_hdf5 = H5Fis_hdf5(name.c_str());
+  if (is_hdf5 == 0) {
+    H5Eclear2(H5E_DEFAULT);
+    fail<FormatError>("{}: not an HDF5 file", name);
+  }
+  if (is_hdf5 < 0) detail::fail_hdf5<FormatError>(name, "cannot read as an HDF5 file");
+  const Handle fapl = writable ? writer_access_plist(name)
+                               : Handle(check_id(H5Pcreate(H5P_FILE_ACCESS), name, "properties"));
+  Handle file(H5Fopen(name.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.id()));
+  if (!file.valid())
+    detail::fail_hdf5<FormatError>(name, "damaged or truncated HDF5 file, cannot open it");
+  // A run killed inside a flush may have written metadata that points past the end of the
+  // file recorded in the superblock. Claim everything that reached the disk (as
+  // `h5clear --increment` does) so that a resumed run can read it and allocates after it.
+  if (writable)
+    check(H5Fincrement_filesize(file.id(), 0), name, "cannot extend the file's end address");
+  Handle root(
+      check_id<FormatError>(H5Gopen2(file.id(), "/", H5P_DEFAULT), name, "cannot open root group"));
+  return File(std::move(file), std::move(root), name);
+}
+
+File File::open_read(const std::filesystem::path& path) {
+  return open(path, false);
+}
+File File::open_rw(const std::filesystem::path& path) {
+  return open(path, true);
+}
+
+void File::flush() {
+  if (!is_open()) fail<Error>("{}: flush of a closed file", file_);
+  check(H5Fflush(file_handle_.id(), H5F_SCOPE_GLOBAL), file_, "cannot write to the file");
+}
+
+void File::close() {
+  if (!is_open()) return;
+  flush();
+  handle_.reset();
+  // The file's own reference goes through H5Fclose so that a failure is reported.
+  if (H5Fclose(file_handle_.release()) < 0)
+    detail::fail_hdf5<IoError>(file_, "closing the file failed");
+}
+
+}  // namespace ckv::h5
