@@ -1,2 +1,78 @@
+// ckv: KV-cache eviction as output perturbation. This file builds the command line; each
+// subcommand lives in its own cmd_<name>.cpp with an options struct, a register function
+// and a run function. Library errors are printed here as one line with a non-zero exit.
+#include <cstdio>
+#include <exception>
+#include <thread>
+
 #include <fmt/core.h>
-int main() { fmt::print("ckv\n"); return 0; }
+
+#include "common.h"
+#include "core/error.h"
+#include "model/model.h"
+#include "ckv/version.h"
+
+namespace ckv::app {
+
+int GlobalOptions::resolved_threads() const {
+  if (threads > 0) return threads;
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+std::string GlobalOptions::model_path() const {
+  return model.empty() ? default_model_path().string() : model;
+}
+
+void add_model_options(CLI::App& cmd, GlobalOptions& g) {
+  cmd.add_option("-m,--model", g.model,
+                 "Model: a .gguf file or an HF safetensors directory (default: the embedded "
+                 "SmolLM2-135M-Instruct, or $CKV_MODEL)");
+  cmd.add_option("--device", g.device, "Compute device")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd.add_option("-t,--threads", g.threads, "CPU threads (default: all cores)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+}  // namespace ckv::app
+
+int main(int argc, char** argv) {
+  using namespace ckv::app;
+  CLI::App app{"ckv: KV-cache eviction seen as output perturbation (CriticalKV analysis)", "ckv"};
+  app.set_version_flag("--version", fmt::format("ckv {} ({})", ckv::kVersion, ckv::kGitCommit));
+  app.require_subcommand(1);
+  app.fallthrough();  // global flags (-q, --progress) are accepted after the subcommand too
+  GlobalOptions g;
+  g.argc = argc;
+  g.argv = argv;
+  app.add_flag("-q,--quiet", g.quiet, "No progress output (the default when stderr is not a terminal)");
+  app.add_flag("--progress", g.progress, "Show progress even when stderr is not a terminal");
+  register_info(app, g);
+  register_forward(app, g);
+  register_dump(app, g);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "ckv: error: {}\n", e.what());
+    return 2;
+  } catch (const ckv::Error& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "ckv: error: {}\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    fmt::print(stderr, "ckv: error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "ckv: internal error: {}\n", e.what());
+    return 3;
+  }
+  return 0;
+}

@@ -1,0 +1,292 @@
+// ckv dump: run the model over one prompt or a JSONL batch and record, per layer and head,
+// post-RoPE Q/K/V, attention rows, value-projected norms nu and optionally head outputs,
+// the residual stream, last-position logits and W_O, into one HDF5 file (docs/DUMP.md).
+// Records stream to disk layer by layer as the forward pass produces them, so memory is
+// one layer's buffers whatever the batch size.
+#include <chrono>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "analysis/value_norms.h"
+#include "common.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/provenance.h"
+#include "core/sha256.h"
+#include "core/thread_pool.h"
+#include "io/dump_schema.h"
+#include "io/records.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "prompt_input.h"
+
+namespace ckv::app {
+namespace {
+
+constexpr const char* kBuiltinPrompt =
+    "The Eiffel Tower is in Paris. The Colosseum is in Rome. Big Ben is in London. "
+    "Question: In which city is the Colosseum? Answer:";
+
+struct DumpOptions {
+  PromptOptions input;
+  std::string input_jsonl;  // --input F.jsonl
+  std::string out = "dump.h5";
+  std::string layers = "all", heads = "all";
+  std::string what = "q,k,v,attn,nu,logits";
+  std::string attn_rows = "window";
+  int64_t window = 32;
+  int64_t max_bytes = int64_t{4} << 30;
+  std::string dtype = "f16";
+  int compress = 0;
+  bool force = false, resume = false, skip_bad = false, verbose = false;
+};
+
+// A file's sha256; for an HF directory, the sha256 of its sorted "sha256  name" manifest
+// (what `sha256sum *` prints), so any changed file changes it.
+std::string model_sha256(const std::filesystem::path& path) {
+  if (!std::filesystem::is_directory(path)) return sha256_file(path);
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(path))
+    if (e.is_regular_file()) names.insert(e.path().filename().string());
+  std::string manifest;
+  for (const std::string& name : names) manifest += sha256_file(path / name) + "  " + name + "\n";
+  return sha256_hex(manifest);
+}
+
+int64_t count_lines(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  int64_t n = 0;
+  for (std::string line; std::getline(in, line);)
+    if (line.find_first_not_of(" \t\r") != std::string::npos) ++n;
+  return n;
+}
+
+// Writes what the forward pass hands over straight into the record's group.
+class DumpRecorder : public Recorder {
+ public:
+  DumpRecorder(RecordWriter& rec, const DumpSettings& s, const Model& model, ThreadPool& pool,
+               Progress& progress, std::string rate)
+      : rec_(rec), s_(s), model_(model), pool_(pool), progress_(progress), rate_(std::move(rate)) {}
+  void on_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) override {
+    rec_.write_qkv(layer, q, k, v);
+    if (s_.what.nu_l1 || s_.what.nu_l2) {
+      const Tensor& wo = model_.weights.layers.at(static_cast<size_t>(layer)).wo;
+      ValueNorms nu = value_norms(v, wo, model_.config.n_head, s_.heads,
+                                  {.l1 = s_.what.nu_l1, .l2 = s_.what.nu_l2}, &pool_);
+      rec_.write_nu(layer, nu.l1, nu.l2);
+    }
+    progress_.set_note(fmt::format("layer {}/{}{}", layer + 1, model_.config.n_layer, rate_));
+  }
+  void on_attention(int64_t layer, std::span<const int64_t>, const Tensor& probs) override {
+    if (s_.what.attn) rec_.write_attention(layer, probs);
+  }
+  void on_head_outputs(int64_t layer, std::span<const int64_t>, const Tensor& out) override {
+    rec_.write_head_out(layer, out);
+  }
+  void on_residual(int64_t layer, const Tensor& resid) override { rec_.write_resid(layer, resid); }
+
+ private:
+  RecordWriter& rec_;
+  const DumpSettings& s_;
+  const Model& model_;
+  ThreadPool& pool_;
+  Progress& progress_;
+  std::string rate_;  // ", N tokens/s" of the records so far
+};
+
+struct Run {
+  const DumpOptions& o;
+  const GlobalOptions& g;
+  const Model& model;
+  DumpSettings settings;
+  DumpFile& dump;
+  Forward& forward;
+  ThreadPool& pool;
+  Progress& progress;
+  std::set<std::string> complete, seen;
+  int64_t written = 0, skipped = 0, tokens = 0;
+  double seconds = 0;
+
+  void record(RecordMeta meta) {
+    if (!seen.insert(meta.id).second)
+      fail<InputError>("{}: record id \"{}\" appears twice{}", o.input_jsonl, meta.id,
+                       meta.line > 0 ? fmt::format(" (again on line {})", meta.line) : "");
+    if (complete.count(meta.id)) {
+      ++skipped;
+      progress.advance();
+      return;
+    }
+    const auto n = static_cast<int64_t>(meta.tokens.size());
+    const std::string name = fmt::format("record \"{}\"", meta.id);
+    const bool rows_needed = settings.what.attn || settings.what.attn_out;
+    if (rows_needed) {
+      meta.attn_rows = attention_rows(o.attn_rows, o.window, window_given, meta.context_end, n, name);
+      if (o.attn_rows == "all") check_full_attention(n, name);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    RecordWriter rec = dump.begin_record(meta);
+    DumpRecorder recorder(rec, settings, model, pool, progress,
+                          seconds > 0 ? fmt::format(", {:.0f} tokens/s", static_cast<double>(tokens) / seconds) : "");
+    ForwardRequest request;
+    request.record.layers = settings.layers;
+    request.record.qkv = settings.what.q || settings.what.k || settings.what.v ||
+                         settings.what.nu_l1 || settings.what.nu_l2;
+    if (settings.what.attn) request.record.attn_rows = meta.attn_rows;
+    if (settings.what.attn_out) request.record.head_out_rows = meta.attn_rows;
+    request.record.residual = settings.what.resid;
+    request.recorder = &recorder;
+    ForwardResult result = forward.run(meta.tokens, request);
+    if (settings.what.logits) rec.write_logits_last(result.logits.span().last(static_cast<size_t>(model.config.vocab)));
+    dump.finish_record(rec);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++written;
+    tokens += n;
+    seconds += took;
+    progress.advance();
+    if (o.verbose) {
+      fmt::print("record {} \"{}\": {} tokens, c={}, {:.2f} s\n", meta.index, meta.id, n,
+                 meta.context_end, took);
+      std::fflush(stdout);
+    }
+  }
+
+  void check_full_attention(int64_t n, const std::string& name) const {
+    const int64_t bytes = static_cast<int64_t>(settings.layers.size() * settings.heads.size()) * n *
+                          n * static_cast<int64_t>(h5::dtype_size(settings.dtype));
+    if (!g.quiet)
+      fmt::print(stderr, "{}: full attention {} layers x {} heads x {} x {} = {:.1f} MiB\n", name,
+                 settings.layers.size(), settings.heads.size(), n, n,
+                 static_cast<double>(bytes) / (1 << 20));
+    if (bytes > o.max_bytes)
+      fail<InputError>("{}: the full attention needs {} bytes, above --max-bytes {}", name, bytes,
+                       o.max_bytes);
+  }
+  bool window_given = false;
+};
+
+RecordMeta prompt_meta(const DumpOptions& o, const Model& model) {
+  RecordMeta meta;
+  meta.id = "0";
+  meta.tokens = prompt_tokens(o.input, model, kBuiltinPrompt);
+  if (o.input.tokens_file.empty() && o.input.prompt_file.empty())
+    meta.context = o.input.prompt.empty() ? kBuiltinPrompt : o.input.prompt;
+  meta.context_end = static_cast<int64_t>(meta.tokens.size());
+  return meta;
+}
+
+RecordMeta record_meta(const DumpOptions& o, const Model& model, const InputRecord& r) {
+  RecordPrompt p = tokenize_record(r, *model.tokenizer, o.input.chat);
+  if (model.config.context_length > 0 && static_cast<int64_t>(p.tokens.size()) > model.config.context_length)
+    fail<InputError>("{}:{}: {} tokens, longer than the model's context of {}", o.input_jsonl, r.line,
+                     p.tokens.size(), model.config.context_length);
+  return {.id = r.id, .index = r.index, .line = r.line, .context = r.context, .question = r.question,
+          .answer = r.answer, .tokens = std::move(p.tokens), .context_end = p.context_end,
+          .token_spans = std::move(p.token_spans), .attn_rows = {}};
+}
+
+void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
+  if (g.device != "cpu") fail<UnsupportedError>("--device {}: dump runs on cpu for now", g.device);
+  DumpSettings settings;
+  settings.what = DumpContents::parse(o.what);
+  settings.dtype = o.dtype == "f32" ? h5::DType::F32 : h5::DType::F16;
+  settings.gzip_level = o.compress;
+  settings.attn_rows = o.attn_rows;
+  settings.window = o.window;
+  // Refuse an existing output before the model load and hashing; the real check follows.
+  if (!o.force && !o.resume) AtomicOutput(o.out, {});
+
+  Model model = load_model(g.model_path());
+  settings.layers = parse_index_list(o.layers, model.config.n_layer, "--layers");
+  settings.heads = parse_index_list(o.heads, model.config.n_head, "--heads");
+  const std::string sha = model_sha256(model.source.path);
+  if (o.resume) {
+    // Check the file before AtomicOutput moves a finished one back to the partial name, so
+    // a refused --resume leaves it where it was.
+    const std::filesystem::path partial = AtomicOutput::partial_path_for(o.out);
+    const std::filesystem::path existing = std::filesystem::exists(partial) ? partial : std::filesystem::path(o.out);
+    if (std::filesystem::exists(existing)) check_resumable(h5::File::open_read(existing), sha, settings);
+  }
+  AtomicOutput out(o.out, {.force = o.force, .resume = o.resume});
+
+  Provenance prov = Provenance::capture(g.argc, g.argv, g.resolved_threads(), g.device);
+  prov.set("model_path", model.source.path.string());
+  prov.set("model_sha256", sha);
+  prov.set("model_format", model.source.format);
+  prov.set("dtype", h5::dtype_name(settings.dtype));
+  const std::string input_file = !o.input_jsonl.empty()        ? o.input_jsonl
+                                 : !o.input.prompt_file.empty() ? o.input.prompt_file
+                                                                : o.input.tokens_file;
+  prov.set("input_file", input_file);
+  prov.set("input_sha256", input_file.empty() ? (o.input.prompt.empty() ? "" : sha256_hex(o.input.prompt))
+                                              : sha256_file(input_file));
+  prov.set("chat", o.input.chat);
+
+  DumpFile dump = out.continuing() ? DumpFile::resume(out.partial_path(), sha, settings, prov.command_line)
+                                   : DumpFile::create(out.partial_path(), prov, model, sha, settings);
+  Forward forward(model, {.threads = g.resolved_threads()});
+  ThreadPool pool(g.resolved_threads());
+  const int64_t total = o.input_jsonl.empty() ? 1 : count_lines(o.input_jsonl);
+  Progress progress("dump", total, "records", g.progress_mode());
+  Run run{o, g, model, settings, dump, forward, pool, progress, dump.complete_records(), {}};
+  run.window_given = window_given;
+
+  try {
+    if (o.input_jsonl.empty()) {
+      run.record(prompt_meta(o, model));
+    } else {
+      if (!model.tokenizer) fail<InputError>("{}: --input needs a model with a tokenizer", model.source.path.string());
+      RecordReader reader(o.input_jsonl, o.skip_bad);
+      while (std::optional<InputRecord> r = reader.next()) run.record(record_meta(o, model, *r));
+      for (const std::string& msg : reader.skipped()) fmt::print(stderr, "ckv: warning: skipped {}\n", msg);
+    }
+  } catch (...) {
+    // A run that created the file and finished no record leaves nothing to resume.
+    if (!out.continuing() && run.written == 0) {
+      dump.close();
+      std::filesystem::remove(out.partial_path());
+    }
+    throw;
+  }
+  progress.finish();
+  dump.close();
+  out.commit();
+  if (!g.quiet)
+    fmt::print("{}: {} records written, {} already complete{}\n", o.out, run.written, run.skipped,
+               run.seconds > 0 ? fmt::format(", {:.0f} tokens/s", static_cast<double>(run.tokens) / run.seconds) : "");
+}
+
+}  // namespace
+
+void register_dump(CLI::App& app, GlobalOptions& g) {
+  auto o = std::make_shared<DumpOptions>();
+  CLI::App* cmd = app.add_subcommand("dump", "Record per-layer, per-head Q/K/V, attention and nu to HDF5");
+  add_model_options(*cmd, g);
+  add_prompt_options(*cmd, o->input);
+  auto* input = cmd->add_option("-i,--input", o->input_jsonl,
+                                "JSONL batch: {id, context, question, answer, spans} per line");
+  for (const char* other : {"--prompt", "--prompt-file", "--tokens"}) input->excludes(cmd->get_option(other));
+  cmd->add_option("-o,--out", o->out, "Output HDF5 file")->capture_default_str();
+  cmd->add_option("--layers", o->layers, "Layers: all, or indices and ranges (0-3,10)")->capture_default_str();
+  cmd->add_option("--heads", o->heads, "Query heads: all, or indices and ranges")->capture_default_str();
+  cmd->add_option("--what", o->what, "What to record: q,k,v,attn,nu (nu_l1,nu_l2),attn_out,resid,logits,wo")
+      ->capture_default_str();
+  cmd->add_option("--attn-rows", o->attn_rows,
+                  "Attention rows: window (last --window context positions + the question), "
+                  "last:N, all (full n x n), or a list (3,7-9)")->capture_default_str();
+  auto* window = cmd->add_option("--window", o->window, "Observation window (tokens)")->capture_default_str();
+  cmd->add_option("--max-bytes", o->max_bytes, "Refuse a full n x n attention above this size (4GB, 512MB)")
+      ->transform(CLI::AsSizeValue(false))->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "Storage type of tensors")->check(CLI::IsMember({"f16", "f32"}))
+      ->capture_default_str();
+  cmd->add_option("--compress", o->compress, "gzip level (0: off)")->check(CLI::Range(0, 9))->capture_default_str();
+  cmd->add_flag("--force", o->force, "Replace an existing output");
+  cmd->add_flag("--resume", o->resume, "Continue an interrupted output, skipping complete records");
+  cmd->add_flag("--skip-bad", o->skip_bad, "Skip malformed JSONL lines (with a warning) instead of stopping");
+  cmd->add_flag("-v,--verbose", o->verbose, "Print one line per finished record (batch logs)");
+  cmd->callback([o, &g, window] { run_dump(*o, g, window->count() > 0); });
+}
+
+}  // namespace ckv::app

@@ -1,0 +1,205 @@
+// ckv forward: one forward pass over a prompt; prints the greedy continuation and
+// per-layer statistics of the last prompt position. Also the timing entry point of
+// bench/bench_prefill.py (--repeats, --timing-json, --record-all).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+#include "core/error.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "prompt_input.h"
+
+namespace ckv::app {
+namespace {
+
+constexpr const char* kBuiltinPrompt = "What is the capital of France? Answer in one sentence.";
+
+struct ForwardCmdOptions {
+  PromptOptions input;
+  int generate = 8;       // greedy tokens to generate after the prompt
+  int top = 5;            // candidates shown for the first next token
+  int repeats = 1;        // prefill repetitions (timing)
+  bool timing_json = false;
+  bool record_all = false;
+};
+
+// Per-layer statistics of the last prompt position, from the recorded residual stream and
+// attention row.
+struct LayerStats {
+  double resid_rms = 0;      // root mean square of the residual stream after the layer
+  double attn_entropy = 0;   // mean over heads of the attention row's entropy (nats)
+  double sink_mass = 0;      // mean over heads of the attention on position 0
+  double max_weight = 0;     // largest single attention weight over heads and keys
+};
+
+class StatsRecorder : public Recorder {
+ public:
+  explicit StatsRecorder(int64_t n_layer) : stats(static_cast<size_t>(n_layer)) {}
+  void on_attention(int64_t layer, std::span<const int64_t> /*rows*/, const Tensor& probs) override {
+    const int64_t n_head = probs.dim(0), seq = probs.dim(2);  // probs: [n_head, 1, seq]
+    LayerStats& s = stats[static_cast<size_t>(layer)];
+    for (int64_t h = 0; h < n_head; ++h) {
+      const float* row = probs.data() + h * seq;
+      double entropy = 0;
+      for (int64_t j = 0; j < seq; ++j) {
+        if (row[j] > 0) entropy -= row[j] * std::log(static_cast<double>(row[j]));
+        s.max_weight = std::max(s.max_weight, static_cast<double>(row[j]));
+      }
+      s.attn_entropy += entropy / static_cast<double>(n_head);
+      s.sink_mass += row[0] / static_cast<double>(n_head);
+    }
+  }
+  void on_residual(int64_t layer, const Tensor& resid) override {
+    const int64_t seq = resid.dim(0), d_model = resid.dim(1);  // resid: [seq, d_model]
+    const float* last = resid.data() + (seq - 1) * d_model;
+    double sum_sq = 0;
+    for (int64_t i = 0; i < d_model; ++i) sum_sq += static_cast<double>(last[i]) * last[i];
+    stats[static_cast<size_t>(layer)].resid_rms = std::sqrt(sum_sq / static_cast<double>(d_model));
+  }
+  std::vector<LayerStats> stats;  // [n_layer]
+};
+
+// Keeps a copy of everything recorded, as `dump` does before writing (timing only).
+class CopyingRecorder : public Recorder {
+ public:
+  void on_qkv(int64_t, const Tensor& q, const Tensor& k, const Tensor& v) override {
+    q_ = q, k_ = k, v_ = v;
+  }
+  void on_attention(int64_t, std::span<const int64_t>, const Tensor& probs) override { p_ = probs; }
+  void on_residual(int64_t, const Tensor& resid) override { r_ = resid; }
+
+ private:
+  Tensor q_, k_, v_, p_, r_;
+};
+
+int32_t argmax(std::span<const float> logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+std::string show_token(const Tokenizer* tok, int32_t id) {
+  return tok ? fmt::format("{:?}", tok->token_text(id)) : fmt::format("#{}", id);
+}
+
+void run_timing(const ForwardCmdOptions& o, Forward& forward, const std::vector<int32_t>& ids) {
+  CopyingRecorder copier;
+  ForwardRequest request;
+  if (o.record_all) {
+    request.record.qkv = true;
+    request.record.attn_rows = {static_cast<int64_t>(ids.size()) - 1};
+    request.record.residual = true;
+    request.recorder = &copier;
+  }
+  std::vector<double> seconds;
+  for (int i = 0; i < o.repeats; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    forward.run(ids, request);
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  nlohmann::json j = {{"tokens", ids.size()}, {"threads", forward.threads()},
+                      {"record_all", o.record_all}, {"prefill_seconds", seconds}};
+  fmt::print("{}\n", j.dump());
+}
+
+void run_forward(const ForwardCmdOptions& o, const GlobalOptions& g) {
+  if (g.device != "cpu") fail<UnsupportedError>("--device {}: the forward pass runs on cpu for now", g.device);
+  Model model = load_model(g.model_path());
+  std::vector<int32_t> ids = prompt_tokens(o.input, model, kBuiltinPrompt);
+  Forward forward(model, {.threads = g.resolved_threads()});
+  if (o.timing_json) return run_timing(o, forward, ids);
+
+  const Tokenizer* tok = model.tokenizer.get();
+  const int64_t seq = static_cast<int64_t>(ids.size());
+  StatsRecorder stats(model.config.n_layer);
+  ForwardRequest request;
+  request.record.attn_rows = {seq - 1};
+  request.record.residual = true;
+  request.recorder = &stats;
+
+  auto start = std::chrono::steady_clock::now();
+  ForwardResult first = forward.run(ids, request);
+  double prefill = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  fmt::print("prompt        {} tokens{}; prefill {:.3f} s ({:.0f} tokens/s, {} threads)\n", seq,
+             o.input.chat ? " (chat template)" : "", prefill, static_cast<double>(seq) / prefill,
+             forward.threads());
+
+  // The first prediction's candidates, as probabilities.
+  std::span<const float> logits = first.logits.span();  // [vocab]
+  float max_logit = *std::max_element(logits.begin(), logits.end());
+  double z = 0;
+  for (float l : logits) z += std::exp(static_cast<double>(l - max_logit));
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  const int top = std::clamp<int>(o.top, 0, static_cast<int>(order.size()));
+  std::partial_sort(order.begin(), order.begin() + top, order.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  fmt::print("next token    ");
+  for (int i = 0; i < top; ++i) {
+    double p = std::exp(static_cast<double>(logits[order[i]] - max_logit)) / z;
+    fmt::print("{}{} {:.3f}", i ? ", " : "", show_token(tok, order[i]), p);
+  }
+  fmt::print("\n");
+
+  // Greedy continuation: each step reruns the sequence (no KV cache yet) and reads only the
+  // last row's logits.
+  std::vector<int32_t> generated;
+  std::vector<int32_t> seq_ids = ids;
+  int32_t next = argmax(logits);
+  Progress progress("generate", o.generate, "tokens", g.progress_mode());
+  for (int i = 0; i < o.generate; ++i) {
+    generated.push_back(next);
+    progress.advance();
+    if (tok && next == tok->eos_id()) break;
+    if (i + 1 == o.generate) break;
+    seq_ids.push_back(next);
+    if (model.config.context_length > 0 && static_cast<int64_t>(seq_ids.size()) >= model.config.context_length) break;
+    next = argmax(forward.run(seq_ids).logits.span());
+  }
+  progress.finish();
+  if (o.generate > 0) {
+    std::vector<std::string> shown;
+    for (int32_t id : generated) shown.push_back(show_token(tok, id));
+    fmt::print("greedy        {}\n", fmt::join(shown, " "));
+    if (tok) fmt::print("continuation  {:?}\n", tok->decode(generated));
+  }
+
+  fmt::print("\nper layer, last prompt position (attention averaged over {} heads):\n",
+             model.config.n_head);
+  fmt::print("{:>5}  {:>10}  {:>12}  {:>9}  {:>10}\n", "layer", "resid_rms", "attn_entropy",
+             "sink_mass", "max_weight");
+  for (size_t l = 0; l < stats.stats.size(); ++l) {
+    const LayerStats& s = stats.stats[l];
+    fmt::print("{:>5}  {:>10.4f}  {:>12.4f}  {:>9.4f}  {:>10.4f}\n", l, s.resid_rms, s.attn_entropy,
+               s.sink_mass, s.max_weight);
+  }
+}
+
+}  // namespace
+
+void register_forward(CLI::App& app, GlobalOptions& g) {
+  auto o = std::make_shared<ForwardCmdOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "forward", "Run the model over a prompt: greedy next tokens and per-layer statistics");
+  add_model_options(*cmd, g);
+  add_prompt_options(*cmd, o->input);
+  cmd->add_option("-n,--generate", o->generate, "Greedy tokens to generate")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top", o->top, "Candidates shown for the next token")->capture_default_str();
+  cmd->add_option("--repeats", o->repeats, "Prefill repetitions (with --timing-json)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--timing-json", o->timing_json,
+                "Only time the prefill --repeats times and print JSON (for benchmarks)");
+  cmd->add_flag("--record-all", o->record_all,
+                "With --timing-json: record Q/K/V, the last attention row and the residual of "
+                "every layer, as a dump does");
+  cmd->callback([o, &g] { run_forward(*o, g); });
+}
+
+}  // namespace ckv::app

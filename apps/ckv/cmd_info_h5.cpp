@@ -1,0 +1,157 @@
+// `ckv info FILE.h5` for dumps: provenance, model, what was recorded, records and their
+// shapes, and the stored size per tensor kind. cmd_info.cpp calls info_dump() when the path
+// ends in .h5 (declaration to add to common.h:
+//   void info_dump(const std::string& path, bool json);).
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/dump_schema.h"
+#include "io/h5.h"
+
+namespace ckv::app {
+
+void info_dump(const std::string& path, bool json);
+
+namespace {
+
+struct KindSize {
+  int64_t datasets = 0;
+  int64_t bytes = 0;       // on disk (after compression)
+  int64_t raw_bytes = 0;   // uncompressed
+};
+
+std::string human(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double x = static_cast<double>(bytes);
+  int u = 0;
+  while (x >= 1024 && u < 4) x /= 1024, ++u;
+  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", x, units[u]);
+}
+
+void add_sizes(const h5::Group& g, const std::string& kind_prefix, std::map<std::string, KindSize>& sizes) {
+  for (const std::string& name : g.children()) {
+    if (g.is_group(name)) {
+      add_sizes(g.open_group(name), kind_prefix, sizes);
+    } else if (g.is_dataset(name)) {
+      const h5::Dataset ds = g.open_dataset(name);
+      KindSize& k = sizes[kind_prefix + name];
+      ++k.datasets;
+      k.bytes += static_cast<int64_t>(H5Dget_storage_size(ds.id()));
+      k.raw_bytes += ds.numel() * static_cast<int64_t>(h5::dtype_size(ds.dtype()));
+    }
+  }
+}
+
+std::string shape_text(const h5::Dataset& ds) {
+  std::vector<std::string> parts;
+  const auto dims = ds.dims();
+  for (size_t i = 0; i < ds.shape().size(); ++i)
+    parts.push_back(i < dims.size() ? fmt::format("{}={}", dims[i], ds.shape()[i]) : std::to_string(ds.shape()[i]));
+  return fmt::format("{} [{}]", h5::dtype_name(ds.dtype()), fmt::join(parts, ", "));
+}
+
+}  // namespace
+
+void info_dump(const std::string& path, bool json) {
+  h5::File f = h5::File::open_read(path);
+  check_dump_schema(f);
+  nlohmann::ordered_json j;
+  j["file"] = path;
+  j["size_bytes"] = std::filesystem::file_size(path);
+  j["schema_version"] = f.attr_int("schema_version");
+  nlohmann::ordered_json prov;
+  for (const char* key : {"ckv_version", "git_commit", "created", "command_line", "model_path", "model_sha256",
+                          "input_file", "input_sha256", "dtype", "threads", "device", "hostname", "user"}) {
+    if (!f.has_attr(key)) continue;
+    try {
+      prov[key] = f.attr_string(key);
+    } catch (const FormatError&) {
+      prov[key] = f.attr_int(key);
+    }
+  }
+  j["provenance"] = prov;
+  if (f.has_attr("resumed")) j["resumed"] = f.attr_json("resumed");
+  const h5::Group m = f.open_group("model");
+  j["model"] = {{"arch", m.attr_string("arch")},       {"n_layer", m.attr_int("n_layer")},
+                {"n_head", m.attr_int("n_head")},      {"n_kv_head", m.attr_int("n_kv_head")},
+                {"d_head", m.attr_int("d_head")},      {"d_model", m.attr_int("d_model")},
+                {"vocab", m.attr_int("vocab")}};
+  j["settings"] = f.attr_json("settings");
+
+  std::map<std::string, KindSize> sizes;
+  add_sizes(m, "model/", sizes);
+  const h5::Group records = f.open_group("records");
+  const std::vector<std::string> ids = records.children();
+  std::vector<int64_t> lengths;
+  std::vector<std::string> incomplete;
+  nlohmann::ordered_json shapes;
+  for (const std::string& id : ids) {
+    const h5::Group r = records.open_group(id);
+    const bool complete = r.has_attr("complete") && r.attr_bool("complete");
+    if (!complete) incomplete.push_back(id);
+    lengths.push_back(r.has_attr("n_tokens") ? r.attr_int("n_tokens") : 0);
+    add_sizes(r, "", sizes);
+    if (shapes.empty() && complete) {  // the first complete record shows the shapes
+      for (const std::string& name : r.children())
+        if (r.is_dataset(name)) shapes[name] = shape_text(r.open_dataset(name));
+      const std::vector<std::string> layers = r.is_group("layers") ? r.open_group("layers").children()
+                                                                   : std::vector<std::string>{};
+      if (!layers.empty()) {
+        const h5::Group l = r.open_group("layers/" + layers.front());
+        for (const std::string& name : l.children()) shapes["layers/<l>/" + name] = shape_text(l.open_dataset(name));
+      }
+      shapes["example_record"] = id;
+    }
+  }
+  std::sort(lengths.begin(), lengths.end());
+  j["records"] = {{"count", ids.size()}, {"complete", ids.size() - incomplete.size()},
+                  {"incomplete", incomplete},
+                  {"tokens_min", lengths.empty() ? 0 : lengths.front()},
+                  {"tokens_median", lengths.empty() ? 0 : lengths[lengths.size() / 2]},
+                  {"tokens_max", lengths.empty() ? 0 : lengths.back()}};
+  j["shapes"] = shapes;
+  nlohmann::ordered_json kinds;
+  for (const auto& [kind, s] : sizes)
+    kinds[kind] = {{"datasets", s.datasets}, {"bytes", s.bytes}, {"raw_bytes", s.raw_bytes}};
+  j["size_per_kind"] = kinds;
+  if (json) {
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+
+  fmt::print("dump          {} ({}, schema {})\n", path, human(j["size_bytes"].get<int64_t>()),
+             j["schema_version"].get<int64_t>());
+  for (const auto& [key, value] : prov.items())
+    fmt::print("{:<13} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump());
+  if (j.contains("resumed")) fmt::print("{:<13} {} time(s)\n", "resumed", j["resumed"].size());
+  const auto& mj = j["model"];
+  fmt::print("model         {}: {} layers, {} heads / {} KV, d_head {}, d_model {}, vocab {}\n",
+             mj["arch"].get<std::string>(), mj["n_layer"].get<int64_t>(), mj["n_head"].get<int64_t>(),
+             mj["n_kv_head"].get<int64_t>(), mj["d_head"].get<int64_t>(), mj["d_model"].get<int64_t>(),
+             mj["vocab"].get<int64_t>());
+  const auto& st = j["settings"];
+  fmt::print("recorded      {}; {} layers; heads {}; attn rows {} (window {}); compression {}\n",
+             st["what"].dump(), st["layers"].size(), st["heads"].dump(), st["attn_rows"].get<std::string>(),
+             st["window"].get<int64_t>(), st["compression"].get<int64_t>());
+  fmt::print("records       {} ({} complete{}), tokens min {} / median {} / max {}\n", ids.size(),
+             ids.size() - incomplete.size(),
+             incomplete.empty() ? "" : fmt::format(", incomplete: {}", fmt::join(incomplete, " ")),
+             j["records"]["tokens_min"].get<int64_t>(), j["records"]["tokens_median"].get<int64_t>(),
+             j["records"]["tokens_max"].get<int64_t>());
+  if (!shapes.empty()) {
+    fmt::print("shapes (record \"{}\"):\n", shapes["example_record"].get<std::string>());
+    for (const auto& [name, text] : shapes.items())
+      if (name != "example_record") fmt::print("  {:<22} {}\n", name, text.get<std::string>());
+  }
+  fmt::print("size per tensor kind:\n");
+  for (const auto& [kind, s] : sizes)
+    fmt::print("  {:<22} {:>6} datasets  {:>10}  (raw {})\n", kind, s.datasets, human(s.bytes), human(s.raw_bytes));
+}
+
+}  // namespace ckv::app

@@ -1,0 +1,34 @@
+#pragma once
+// Options shared by every subcommand, and the registration functions of each one.
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "core/progress.h"
+
+namespace ckv::app {
+
+struct GlobalOptions {
+  std::string model;       // --model PATH; empty means the embedded default model
+  std::string device = "cpu";
+  int threads = 0;         // 0: all hardware threads
+  bool quiet = false;
+  bool progress = false;   // force the progress bar even when stderr is not a terminal
+  int argc = 0;            // the process's command line, for provenance
+  const char* const* argv = nullptr;
+
+  ProgressMode progress_mode() const { return Progress::mode_from_flags(quiet, progress); }
+  int resolved_threads() const;
+  std::string model_path() const;  // --model, else the default model path
+};
+
+void add_model_options(CLI::App& cmd, GlobalOptions& g);
+
+void register_info(CLI::App& app, GlobalOptions& g);
+void register_forward(CLI::App& app, GlobalOptions& g);
+void register_dump(CLI::App& app, GlobalOptions& g);
+
+// `ckv info FILE.h5`: summary of a dump (cmd_info_h5.cpp).
+void info_dump(const std::string& path, bool json);
+
+}  // namespace ckv::app

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Prefill throughput and peak memory: ckv beside llama.cpp and HF transformers.
+
+Each engine runs in its own child process (so its peak RSS is its own) on the same GGUF,
+the same token ids and the same thread count; only the prefill of the prompt is timed, not
+the model load. Results are printed as a Markdown table (for docs/PERF.md) and as JSON.
+
+    pip install llama-cpp-python torch transformers gguf   # the peers (not needed by ckv)
+    python3 bench/bench_prefill.py --lengths 512 2048 --threads 2 --repeats 3
+
+Engines that are not installed are reported as missing and skipped.
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def token_ids(n, vocab=49152, seed=0):
+    # Ids of ordinary tokens (skip the first 17 special ids of SmolLM2), fixed by seed.
+    import random
+    rng = random.Random(seed)
+    return [rng.randrange(17, vocab) for _ in range(n)]
+
+
+def child_llamacpp(model, ids, threads, repeats):
+    from llama_cpp import Llama
+    llm = Llama(model_path=model, n_ctx=len(ids) + 8, n_threads=threads, n_threads_batch=threads,
+                n_batch=512, n_ubatch=512, verbose=False)
+    times = []
+    for _ in range(repeats):
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(ids)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def child_transformers(model, ids, threads, repeats):
+    import torch
+    from transformers import AutoModelForCausalLM
+    torch.set_num_threads(threads)
+    m = AutoModelForCausalLM.from_pretrained(os.path.dirname(model), gguf_file=os.path.basename(model),
+                                             torch_dtype=torch.float32)
+    m.eval()
+    x = torch.tensor([ids])
+    times = []
+    with torch.no_grad():
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            m(x, use_cache=False, logits_to_keep=1)
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def child_ckv(model, ids, threads, repeats, binary, record):
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(" ".join(map(str, ids)))
+        path = f.name
+    cmd = [binary, "forward", "--model", model, "--tokens", path, "--threads", str(threads),
+           "--generate", "0", "--repeats", str(repeats), "--timing-json", "-q"]
+    if record:
+        cmd.append("--record-all")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    os.unlink(path)
+    timing = json.loads(out.strip().splitlines()[-1])
+    return timing["prefill_seconds"]
+
+
+def run_child(args):
+    engine, model, n, threads, repeats, binary = args.child
+    n, threads, repeats = int(n), int(threads), int(repeats)
+    ids = token_ids(n)
+    if engine == "llama.cpp":
+        times = child_llamacpp(model, ids, threads, repeats)
+    elif engine == "transformers":
+        times = child_transformers(model, ids, threads, repeats)
+    elif engine in ("ckv", "ckv+record"):
+        times = child_ckv(model, ids, threads, repeats, binary, engine == "ckv+record")
+    else:
+        raise SystemExit(f"unknown engine {engine}")
+    rss_kib = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    print(json.dumps({"engine": engine, "n": n, "times": times, "peak_rss_mib": rss_kib / 1024}))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--ckv", default=os.path.join(ROOT, "build", "ckv"))
+    p.add_argument("--lengths", type=int, nargs="+", default=[512, 2048])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--engines", nargs="+", default=["ckv", "ckv+record", "llama.cpp", "transformers"])
+    p.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        return run_child(args)
+
+    rows = []
+    for n in args.lengths:
+        for engine in args.engines:
+            cmd = [sys.executable, __file__, "--child", engine, args.model, str(n), str(args.threads),
+                   str(args.repeats), args.ckv]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                last = (r.stderr.strip().splitlines() or ["failed"])[-1]
+                print(f"# {engine} n={n}: {last}", file=sys.stderr)
+                continue
+            res = json.loads(r.stdout.strip().splitlines()[-1])
+            best = min(res["times"])
+            res["tok_per_s"] = n / best
+            rows.append(res)
+    by_n = {}
+    for r in rows:
+        by_n.setdefault(r["n"], {})[r["engine"]] = r
+    print(f"| tokens | engine | prefill tok/s (best of {args.repeats}) | vs llama.cpp | peak RSS MiB |")
+    print("|---:|---|---:|---:|---:|")
+    for n, engines in sorted(by_n.items()):
+        ref = engines.get("llama.cpp", {}).get("tok_per_s")
+        for name, r in engines.items():
+            ratio = f"{r['tok_per_s'] / ref:.2f}x" if ref else "n/a"
+            print(f"| {n} | {name} | {r['tok_per_s']:.1f} | {ratio} | {r['peak_rss_mib']:.0f} |")
+    print(json.dumps({"threads": args.threads, "model": os.path.basename(args.model), "results": rows}))
+
+
+if __name__ == "__main__":
+    main()

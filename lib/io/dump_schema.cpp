@@ -1,0 +1,350 @@
+#include "io/dump_schema.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "core/error.h"
+#include "core/provenance.h"
+#include "model/model.h"
+
+namespace ckv {
+
+namespace {
+
+constexpr std::array<std::string_view, 11> kItems = {
+    "q", "k", "v", "attn", "nu_l1", "nu_l2", "attn_out", "resid", "logits", "wo", "nu"};
+
+std::vector<int32_t> to_i32(const std::vector<int64_t>& x) {
+  return std::vector<int32_t>(x.begin(), x.end());
+}
+
+nlohmann::json spans_json(const NamedSpans& spans) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, ranges] : spans) {
+    j[name] = nlohmann::json::array();
+    for (const SpanRange& r : ranges) j[name].push_back({r.start, r.end});
+  }
+  return j;
+}
+
+void write_model_attrs(h5::Group g, const Model& model, const std::string& sha256) {
+  const ModelConfig& c = model.config;
+  g.set_attr_string("path", model.source.path.string());
+  g.set_attr_string("sha256", sha256);
+  g.set_attr_string("format", model.source.format);
+  g.set_attr_string("arch", c.arch_name);
+  g.set_attr_int("n_layer", c.n_layer);
+  g.set_attr_int("n_head", c.n_head);
+  g.set_attr_int("n_kv_head", c.n_kv_head);
+  g.set_attr_int("d_head", c.d_head);
+  g.set_attr_int("d_model", c.d_model);
+  g.set_attr_int("d_ff", c.d_ff);
+  g.set_attr_int("vocab", c.vocab);
+  g.set_attr_int("context_length", c.context_length);
+  g.set_attr_double("rms_eps", c.rms_eps);
+  g.set_attr_double("rope_theta", c.rope_theta);
+  g.set_attr_json("rope_scaling", {{"type", c.rope_scaling.type},
+                                   {"factor", c.rope_scaling.factor},
+                                   {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                                   {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                                   {"original_max_position", c.rope_scaling.original_max_position},
+                                   {"freq_factors_tensor", !model.weights.rope_freq_factors.empty()}});
+  g.set_attr_bool("attention_bias", c.attention_bias);
+  g.set_attr_bool("tied_embeddings", c.tied_embeddings);
+  g.set_attr_json("weight_dtypes", model.source.dtype_counts);
+}
+
+}  // namespace
+
+DumpContents DumpContents::parse(std::string_view list) {
+  DumpContents w;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t comma = list.find(',', pos);
+    if (comma == std::string_view::npos) comma = list.size();
+    std::string_view item = list.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (item.empty()) continue;
+    if (item == "q") w.q = true;
+    else if (item == "k") w.k = true;
+    else if (item == "v") w.v = true;
+    else if (item == "attn") w.attn = true;
+    else if (item == "nu") w.nu_l1 = w.nu_l2 = true;
+    else if (item == "nu_l1") w.nu_l1 = true;
+    else if (item == "nu_l2") w.nu_l2 = true;
+    else if (item == "attn_out") w.attn_out = true;
+    else if (item == "resid") w.resid = true;
+    else if (item == "logits") w.logits = true;
+    else if (item == "wo") w.wo = true;
+    else fail<InputError>("--what: unknown item '{}' (known: {})", item, fmt::join(kItems, ","));
+  }
+  if (w.names().empty()) fail<InputError>("--what: nothing to record");
+  return w;
+}
+
+std::vector<std::string> DumpContents::names() const {
+  const bool flags[] = {q, k, v, attn, nu_l1, nu_l2, attn_out, resid, logits, wo};
+  std::vector<std::string> out;
+  for (size_t i = 0; i < std::size(flags); ++i)
+    if (flags[i]) out.emplace_back(kItems[i]);
+  return out;
+}
+
+std::vector<int64_t> DumpSettings::kv_heads(int64_t group) const {
+  std::vector<int64_t> out;
+  for (int64_t h : heads)
+    if (out.empty() || out.back() != h / group) out.push_back(h / group);
+  return out;
+}
+
+nlohmann::json DumpSettings::to_json() const {
+  return {{"what", what.names()},    {"layers", layers},        {"heads", heads},
+          {"dtype", h5::dtype_name(dtype)}, {"compression", gzip_level},
+          {"attn_rows", attn_rows},  {"window", window}};
+}
+
+// ---- RecordWriter -------------------------------------------------------------------
+
+h5::Group RecordWriter::layer(int64_t l) { return group_.require_group(fmt::format("layers/{}", l)); }
+
+void RecordWriter::write_selected(h5::Group& g, const std::string& name, const Tensor& x,
+                                  const std::vector<int64_t>& index,
+                                  const std::vector<std::string>& dims) {
+  std::vector<int64_t> shape = x.shape();
+  const int64_t stride = x.numel() / shape.at(0);
+  shape[0] = static_cast<int64_t>(index.size());
+  h5::DatasetOptions opt;
+  opt.chunk = h5::chunk_by_first_dim(shape, h5::dtype_size(settings_->dtype));
+  opt.gzip_level = settings_->gzip_level;
+  opt.shuffle = settings_->gzip_level > 0;
+  h5::Dataset ds = g.create_dataset(name, settings_->dtype, shape, opt);
+  ds.set_dims(dims);
+  for (size_t i = 0; i < index.size(); ++i)
+    ds.write_index(static_cast<int64_t>(i), x.data() + index[i] * stride, static_cast<size_t>(stride));
+}
+
+void RecordWriter::write_qkv(int64_t l, const Tensor& q, const Tensor& k, const Tensor& v) {
+  h5::Group g = layer(l);
+  const std::vector<int64_t> kv = settings_->kv_heads(group_size_);
+  if (settings_->what.q) write_selected(g, "q", q, settings_->heads, {"head", "pos", "d_head"});
+  if (settings_->what.k) write_selected(g, "k", k, kv, {"kv_head", "pos", "d_head"});
+  if (settings_->what.v) write_selected(g, "v", v, kv, {"kv_head", "pos", "d_head"});
+}
+
+void RecordWriter::write_nu(int64_t l, const Tensor& nu_l1, const Tensor& nu_l2) {
+  h5::Group g = layer(l);
+  std::vector<int64_t> all(settings_->heads.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  if (!nu_l1.empty()) write_selected(g, "nu_l1", nu_l1, all, {"head", "pos"});
+  if (!nu_l2.empty()) write_selected(g, "nu_l2", nu_l2, all, {"head", "pos"});
+}
+
+void RecordWriter::write_attention(int64_t l, const Tensor& probs) {
+  h5::Group g = layer(l);
+  write_selected(g, "attn", probs, settings_->heads, {"head", "row", "pos"});
+}
+
+void RecordWriter::write_head_out(int64_t l, const Tensor& head_out) {
+  h5::Group g = layer(l);
+  write_selected(g, "attn_out", head_out, settings_->heads, {"head", "row", "d_model"});
+}
+
+void RecordWriter::write_resid(int64_t l, const Tensor& resid) {
+  h5::Group g = layer(l);
+  h5::DatasetOptions opt;
+  opt.chunk = {std::min<int64_t>(resid.dim(0), 256), resid.dim(1)};  // position blocks
+  opt.gzip_level = settings_->gzip_level;
+  opt.shuffle = settings_->gzip_level > 0;
+  h5::Dataset ds = g.create_dataset("resid", settings_->dtype, resid.shape(), opt);
+  ds.set_dims({"pos", "d_model"});
+  ds.write(std::vector<float>(resid.data(), resid.data() + resid.numel()));
+}
+
+void RecordWriter::write_logits_last(std::span<const float> logits) {
+  // float32 always: logits feed KL and argmax comparisons, where float16 rounding shows.
+  h5::Dataset ds = group_.create_dataset("logits_last", h5::DType::F32,
+                                         {static_cast<int64_t>(logits.size())});
+  ds.set_dims({"vocab"});
+  ds.write(std::vector<float>(logits.begin(), logits.end()));
+}
+
+// ---- DumpFile -------------------------------------------------------------------------
+
+DumpFile DumpFile::create(const std::filesystem::path& path, const Provenance& provenance,
+                          const Model& model, const std::string& model_sha256,
+                          const DumpSettings& settings) {
+  h5::File file = h5::File::create(path);
+  file.set_attr_string("schema", kDumpSchema);
+  file.set_attr_int("schema_version", kDumpSchemaVersion);
+  provenance.write_attrs(file);
+  file.set_attr_strings("what", settings.what.names());
+  file.set_attr_ints("layers", settings.layers);
+  file.set_attr_ints("heads", settings.heads);
+  file.set_attr_ints("kv_heads", settings.kv_heads(model.config.group_size()));
+  file.set_attr_string("dtype", h5::dtype_name(settings.dtype));
+  file.set_attr_int("compression", settings.gzip_level);
+  file.set_attr_string("attn_rows", settings.attn_rows);
+  file.set_attr_int("window", settings.window);
+  file.set_attr_json("settings", settings.to_json());
+  write_model_attrs(file.create_group("model"), model, model_sha256);
+  if (settings.what.wo) {
+    for (int64_t l : settings.layers) {
+      const Tensor& wo = model.weights.layers.at(static_cast<size_t>(l)).wo;  // [d_model, n_head*d_head]
+      // float32 always, contiguous: the exact weights that nu was computed from.
+      h5::Dataset ds = file.create_dataset(fmt::format("model/layers/{}/W_O", l), h5::DType::F32, wo.shape());
+      ds.set_dims({"d_model", "head_d_head"});
+      ds.write(std::vector<float>(wo.data(), wo.data() + wo.numel()));
+    }
+  }
+  file.create_group("records");
+  file.flush();
+  return DumpFile(std::move(file), settings, model.config.group_size());
+}
+
+std::vector<int64_t> parse_index_list(std::string_view spec, int64_t limit, std::string_view flag) {
+  std::vector<int64_t> out;
+  if (spec == "all") {
+    for (int64_t i = 0; i < limit; ++i) out.push_back(i);
+    return out;
+  }
+  auto number = [&](std::string_view text, std::string_view item) {
+    int64_t value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+      fail<InputError>("{}: '{}' is not an index or a range a-b", flag, item);
+    if (value < 0 || value >= limit)
+      fail<InputError>("{}: {} is outside [0, {})", flag, value, limit);
+    return value;
+  };
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t comma = spec.find(',', pos);
+    if (comma == std::string_view::npos) comma = spec.size();
+    const std::string_view item = spec.substr(pos, comma - pos);
+    pos = comma + 1;
+    const size_t dash = item.find('-', 1);
+    if (dash == std::string_view::npos) {
+      out.push_back(number(item, item));
+    } else {
+      const int64_t a = number(item.substr(0, dash), item), b = number(item.substr(dash + 1), item);
+      if (b < a) fail<InputError>("{}: range '{}' is empty", flag, item);
+      for (int64_t i = a; i <= b; ++i) out.push_back(i);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<int64_t> attention_rows(std::string_view spec, int64_t window, bool window_given,
+                                    int64_t c, int64_t n, std::string_view record) {
+  std::vector<int64_t> rows;
+  if (spec == "window") {
+    if (window <= 0) fail<InputError>("--window: {} must be positive", window);
+    if (window > c) {
+      if (window_given)
+        fail<InputError>("{}: --window {} is longer than the context ({} tokens)", record, window, c);
+      window = c;
+    }
+    for (int64_t i = c - window; i < n; ++i) rows.push_back(i);
+  } else if (spec.starts_with("last:")) {
+    int64_t count = 0;
+    const std::string_view digits = spec.substr(5);
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), count);
+    if (ec != std::errc() || end != digits.data() + digits.size() || count <= 0)
+      fail<InputError>("--attn-rows: '{}' is not last:N with N > 0", spec);
+    if (count > n)
+      fail<InputError>("{}: --attn-rows {} asks for rows past the start ({} tokens)", record, spec, n);
+    for (int64_t i = n - count; i < n; ++i) rows.push_back(i);
+  } else if (spec == "all") {
+    for (int64_t i = 0; i < n; ++i) rows.push_back(i);
+  } else {
+    try {
+      rows = parse_index_list(spec, n, "--attn-rows");
+    } catch (const InputError& e) {
+      fail<InputError>("{}: {} (rows past the end of its {} tokens)", record, e.what(), n);
+    }
+  }
+  return rows;
+}
+
+void check_dump_schema(const h5::File& file) {
+  if (!file.has_attr("schema") || file.attr_string("schema") != kDumpSchema)
+    fail<FormatError>("{}: not a ckv dump (no schema=\"{}\" attribute)", file.file_name(), kDumpSchema);
+  const int64_t version = file.attr_int("schema_version");
+  if (version != kDumpSchemaVersion)
+    fail<FormatError>("{}: dump schema version {}, this ckv reads version {}", file.file_name(),
+                      version, kDumpSchemaVersion);
+}
+
+std::set<std::string> complete_dump_records(const h5::File& file) {
+  std::set<std::string> done;
+  if (!file.is_group("records")) return done;
+  const h5::Group records = file.open_group("records");
+  for (const std::string& id : records.children()) {
+    const h5::Group r = records.open_group(id);
+    if (r.has_attr("complete") && r.attr_bool("complete")) done.insert(id);
+  }
+  return done;
+}
+
+void check_resumable(const h5::File& file, const std::string& model_sha256,
+                     const DumpSettings& settings) {
+  check_dump_schema(file);
+  const std::string stored_sha = file.open_group("model").attr_string("sha256");
+  if (stored_sha != model_sha256)
+    fail<InputError>("{}: --resume with another model (the file's model sha256 is {}, --model's is {})",
+                     file.file_name(), stored_sha, model_sha256);
+  const nlohmann::json stored = file.attr_json("settings"), now = settings.to_json();
+  for (const auto& [key, value] : now.items()) {
+    if (!stored.contains(key) || stored[key] != value)
+      fail<InputError>("{}: --resume with different settings: {} was {}, now {}", file.file_name(),
+                       key, stored.value(key, nlohmann::json()).dump(), value.dump());
+  }
+}
+
+DumpFile DumpFile::resume(const std::filesystem::path& path, const std::string& model_sha256,
+                          const DumpSettings& settings, const std::string& resumed_by) {
+  h5::File file = h5::File::open_rw(path);
+  check_resumable(file, model_sha256, settings);
+  const h5::Group model = file.open_group("model");
+  nlohmann::json resumed = file.has_attr("resumed") ? file.attr_json("resumed") : nlohmann::json::array();
+  resumed.push_back({{"command_line", resumed_by}, {"at", iso8601_utc_now()}});
+  file.set_attr_json("resumed", resumed);
+  const int64_t group = model.attr_int("n_head") / model.attr_int("n_kv_head");
+  return DumpFile(std::move(file), settings, group);
+}
+
+std::set<std::string> DumpFile::complete_records() const { return complete_dump_records(file_); }
+
+RecordWriter DumpFile::begin_record(const RecordMeta& meta) {
+  h5::Group records = file_.require_group("records");
+  if (records.exists(meta.id)) records.remove(meta.id);  // unfinished: rewrite it whole
+  h5::Group g = records.create_group(meta.id);
+  g.set_attr_string("id", meta.id);
+  g.set_attr_int("index", meta.index);
+  if (meta.line > 0) g.set_attr_int("line", meta.line);
+  g.set_attr_string("context", meta.context);
+  if (meta.question) g.set_attr_string("question", *meta.question);
+  if (meta.answer) g.set_attr_string("answer", *meta.answer);
+  g.set_attr_int("n_tokens", static_cast<int64_t>(meta.tokens.size()));
+  g.set_attr_int("context_end", meta.context_end);
+  g.set_attr_json("spans", spans_json(meta.token_spans));
+  h5::Dataset tokens = g.create_dataset("tokens", h5::DType::I32, {static_cast<int64_t>(meta.tokens.size())});
+  tokens.set_dims({"pos"});
+  tokens.write(meta.tokens);
+  if (!meta.attn_rows.empty()) {
+    h5::Dataset rows = g.create_dataset("attn_rows", h5::DType::I32, {static_cast<int64_t>(meta.attn_rows.size())});
+    rows.set_dims({"row"});
+    rows.write(to_i32(meta.attn_rows));
+  }
+  return RecordWriter(std::move(g), settings_, group_size_);
+}
+
+void DumpFile::finish_record(RecordWriter& record) {
+  file_.flush();  // every dataset on disk before the flag that says so
+  record.group().set_attr_bool("complete", true);
+  file_.flush();
+}
+
+}  // namespace ckv

@@ -1,0 +1,97 @@
+#pragma once
+// Input records of a batch (`--input FILE.jsonl`): one JSON object per line,
+//
+//   {"id": "q17", "context": "...", "question": "...", "answer": "...",
+//    "spans": {"needle": [[120, 164]], "distractor": [[10, 40], [300, 330]]},
+//    "span_unit": "char"}
+//
+// Only "context" is required. "id" defaults to the record's 0-based index (as a string)
+// and must be usable as an HDF5 group name (no '/', not "." or ".."). "question" and
+// "answer" are strings or absent/null; an empty question means no question.
+//
+// Spans are half-open [start, end) ranges. With "span_unit": "char" (the default) they
+// index Unicode code points of "context" (Python's str indices, `s.index(needle)`); they
+// are converted to token positions by tokenising the context prefix up to each boundary,
+// which is exact when a boundary falls on a token boundary (a word start, as needles
+// usually are) and otherwise rounds to the token that the prefix's tokenisation ends in.
+// With "span_unit": "token" they are token positions of the whole prompt as dumped
+// (BOS and chat-template tokens included) and are used as given.
+//
+// The prompt is the context followed by the question, each tokenised on its own (the
+// context with the model's BOS, the question without), so the boundary c (context_end) is
+// exact: positions [0, c) are the context (the evictable entries), [c, n) the question.
+// With --chat the user message is context + question rendered by the chat template, split
+// at the end of the context; c counts the template's header, and everything after the
+// context (question, end-of-turn and generation prompt) is question.
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ckv {
+
+class Tokenizer;
+
+struct SpanRange {
+  int64_t start = 0;  // inclusive
+  int64_t end = 0;    // exclusive
+  bool operator==(const SpanRange&) const = default;
+};
+using NamedSpans = std::map<std::string, std::vector<SpanRange>>;
+
+enum class SpanUnit { Char, Token };
+
+struct InputRecord {
+  std::string id;
+  int64_t index = 0;  // 0-based position in the batch
+  int64_t line = 0;   // 1-based line of the input file; 0 when not from a file
+  std::string context;
+  std::optional<std::string> question;
+  std::optional<std::string> answer;
+  SpanUnit span_unit = SpanUnit::Char;
+  NamedSpans spans;
+};
+
+// One JSONL line. Throws InputError "<source>:<line>: <what is wrong>".
+InputRecord parse_record(std::string_view text, std::string_view source, int64_t line,
+                         int64_t index);
+
+// Streams records from a JSONL file: one line in memory at a time. Blank lines are
+// skipped. A malformed line throws InputError naming the file and line, or, with
+// skip_bad, is recorded in skipped() and passed over.
+class RecordReader {
+ public:
+  RecordReader(const std::filesystem::path& path, bool skip_bad = false);
+  std::optional<InputRecord> next();
+  const std::vector<std::string>& skipped() const { return skipped_; }
+
+ private:
+  std::filesystem::path path_;
+  std::ifstream in_;
+  bool skip_bad_;
+  int64_t line_ = 0;
+  int64_t index_ = 0;
+  std::vector<std::string> skipped_;
+};
+
+// A record as token ids with its boundary and spans in token positions.
+struct RecordPrompt {
+  std::vector<int32_t> tokens;  // [seq]
+  int64_t context_end = 0;      // c: positions [0, c) are the context
+  NamedSpans token_spans;       // spans in token positions of `tokens`
+};
+
+// Tokenises a record (see the header comment). Throws InputError naming the record when
+// the context is empty, a span lies outside its context or prompt, or the chat template
+// does not contain the text verbatim.
+RecordPrompt tokenize_record(const InputRecord& record, const Tokenizer& tokenizer, bool chat);
+
+// Byte offset in a UTF-8 string of code point `index` (index == code point count gives
+// the size). Throws InputError when the index is past the end.
+size_t utf8_offset(std::string_view text, int64_t index, std::string_view what);
+
+}  // namespace ckv

@@ -1,0 +1,128 @@
+// ckv dump's refusals: each bad input exits non-zero with one line naming the input, and
+// nothing is left under the output name.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "io/dump_schema.h"
+#include "test_dump_util.h"
+
+namespace ckv {
+namespace {
+
+namespace fs = std::filesystem;
+using test::run_ckv;
+
+class DumpCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test::scratch_dir("ckv_dump_cli");
+    test::write_text(dir_ / "tokens.txt", "1 2 3 4 5 6 7 8 9 10");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  // A dump of the tiny model over 10 token ids, with extra flags.
+  test::RunResult dump(const std::string& flags, const std::string& out = "out.h5") {
+    return run_ckv(fmt::format("-q dump --model {} --tokens {} -t 1 -o {} {}",
+                               (fs::path(CKV_TEST_DATA_DIR) / "models/tiny_llama_gqa").string(),
+                               (dir_ / "tokens.txt").string(), (dir_ / out).string(), flags));
+  }
+  // Runs and expects failure with `needle` in the message.
+  void expect_refused(const std::string& flags, const std::string& needle) {
+    const auto r = dump(flags, "bad.h5");
+    EXPECT_NE(r.exit_code, 0) << flags;
+    EXPECT_NE(r.output.find(needle), std::string::npos) << flags << "\n" << r.output;
+    EXPECT_FALSE(fs::exists(dir_ / "bad.h5")) << flags;
+  }
+  fs::path dir_;
+};
+
+TEST_F(DumpCli, RefusesBadSelections) {
+  expect_refused("--layers 0,2", "--layers: 2 is outside [0, 2)");
+  expect_refused("--heads 4", "--heads: 4 is outside [0, 4)");
+  expect_refused("--what q,attention", "--what: unknown item 'attention'");
+  expect_refused("--window 11", "--window 11 is longer than the context (10 tokens)");
+  expect_refused("--attn-rows 3,10", "--attn-rows: 10 is outside [0, 10) (rows past the end of its 10 tokens)");
+  expect_refused("--attn-rows last:11", "last:11");
+  expect_refused("--attn-rows all --max-bytes 1000", "above --max-bytes 1000");
+  expect_refused("--dtype f64", "--dtype");
+}
+
+TEST_F(DumpCli, PrintsFullAttentionSizeAndWritesIt) {
+  const auto r = run_ckv(fmt::format("dump --model {} --tokens {} -t 1 -o {} --attn-rows all --dtype f32",
+                                     (fs::path(CKV_TEST_DATA_DIR) / "models/tiny_llama_gqa").string(),
+                                     (dir_ / "tokens.txt").string(), (dir_ / "full.h5").string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // 2 layers x 4 heads x 10 x 10 x 4 bytes.
+  EXPECT_NE(r.output.find("full attention 2 layers x 4 heads x 10 x 10"), std::string::npos) << r.output;
+  h5::File f = h5::File::open_read(dir_ / "full.h5");
+  EXPECT_EQ(f.open_dataset("records/0/layers/1/attn").shape(), (std::vector<int64_t>{4, 10, 10}));
+}
+
+TEST_F(DumpCli, NeverOverwritesWithoutForce) {
+  ASSERT_EQ(dump("").exit_code, 0);
+  const auto size = fs::file_size(dir_ / "out.h5");
+  const auto r = dump("--what q");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--force"), std::string::npos) << r.output;
+  EXPECT_EQ(fs::file_size(dir_ / "out.h5"), size);
+  EXPECT_EQ(dump("--what q --force").exit_code, 0);
+  h5::File f = h5::File::open_read(dir_ / "out.h5");
+  EXPECT_FALSE(f.exists("records/0/layers/0/k"));
+}
+
+TEST_F(DumpCli, RefusesUnwritableOutput) {
+  const auto r = run_ckv(fmt::format("-q dump --model {} --tokens {} -o /nonexistent_ckv_dir/x.h5",
+                                     (fs::path(CKV_TEST_DATA_DIR) / "models/tiny_llama_gqa").string(),
+                                     (dir_ / "tokens.txt").string()));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("/nonexistent_ckv_dir"), std::string::npos) << r.output;
+}
+
+TEST_F(DumpCli, ResumeRefusesOtherSchemaVersionsAndSettings) {
+  ASSERT_EQ(dump("").exit_code, 0);
+  auto r = dump("--resume --what q");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("different settings: what"), std::string::npos) << r.output;
+  r = run_ckv(fmt::format("-q dump --model {} --tokens {} -o {} --resume",
+                          (fs::path(CKV_TEST_DATA_DIR) / "models/tiny_qwen2_bias").string(),
+                          (dir_ / "tokens.txt").string(), (dir_ / "out.h5").string()));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--resume with another model"), std::string::npos) << r.output;
+  {
+    h5::File f = h5::File::open_rw(dir_ / "out.h5");
+    f.set_attr_int("schema_version", kDumpSchemaVersion + 1);
+  }
+  // The refused resume left the finished file where it was.
+  r = dump("--resume");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find(fmt::format("dump schema version {}", kDumpSchemaVersion + 1)), std::string::npos)
+      << r.output;
+}
+
+TEST_F(DumpCli, BadJsonlLineNamesItsLineAndSkipBadGoesOn) {
+  const std::string model = test::default_model_or_empty();
+  if (model.empty()) GTEST_SKIP() << "default model absent";
+  test::write_text(dir_ / "in.jsonl",
+                   "{\"id\": \"a\", \"context\": \"One two three.\"}\n\n"
+                   "{\"id\": \"b\", \"context\": \"Four\", \"question\": 5}\n"
+                   "{\"id\": \"c\", \"context\": \"Five six.\", \"question\": \" Seven?\"}\n");
+  const std::string base = fmt::format("-q dump --model {} -t 1 --input {} --layers 0 --what q,attn,nu ",
+                                       model, (dir_ / "in.jsonl").string());
+  auto r = run_ckv(base + "-o " + (dir_ / "j.h5").string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("in.jsonl:3: \"question\" must be a string"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "j.h5"));
+  r = run_ckv(base + "--skip-bad -o " + (dir_ / "k.h5").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("in.jsonl:3"), std::string::npos) << r.output;  // the warning
+  h5::File f = h5::File::open_read(dir_ / "k.h5");
+  EXPECT_EQ(complete_dump_records(f), (std::set<std::string>{"a", "c"}));
+  const h5::Group c = f.open_group("records/c");
+  const int64_t n = c.attr_int("n_tokens"), ctx = c.attr_int("context_end");
+  EXPECT_LT(ctx, n);  // a question follows the context
+  // Default rows: the whole (short) context as window, then every question position.
+  EXPECT_EQ(static_cast<int64_t>(c.open_dataset("attn_rows").shape().at(0)), n);
+}
+
+}  // namespace
+}  // namespace ckv
