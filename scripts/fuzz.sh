@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets (clang, ASan + UBSan) in build-fuzz and runs each for the
 # given number of seconds, seeding its corpus from the small valid files in tests/data.
 #   scripts/fuzz.sh [SECONDS_PER_TARGET=60] [TARGET...]
-# Targets: gguf safetensors safetensors_index config_json. Corpora grow in fuzz/corpus/,
+# Targets: gguf safetensors safetensors_index config_json tokenizer_gguf tokenize_text. Corpora grow in fuzz/corpus/,
 # crashing inputs land in fuzz/artifacts/ (both git-ignored). Prints runs and crashes per
 # target; exits non-zero when any target crashed.
 set -euo pipefail
@@ -10,7 +10,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 seconds=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(gguf safetensors safetensors_index config_json)
+((${#targets[@]})) || targets=(gguf safetensors safetensors_index config_json tokenizer_gguf tokenize_text)
 build=${CKV_FUZZ_BUILD_DIR:-$root/build-fuzz}
 jobs=${CKV_FUZZ_BUILD_JOBS:-2}
 
@@ -25,9 +25,11 @@ seeds() {
     safetensors) ls "$data"/*.safetensors "$data"/*/*.safetensors ;;
     safetensors_index) ls "$data"/*/model.safetensors.index.json ;;
     config_json) ls "$data"/*/config.json ;;
+    tokenizer_gguf) ls "$root"/tests/data/tokenizers/*.gguf ;;
+    tokenize_text) printf '%s\n' "$root"/tests/data/tokenizers/golden_hf.json ;;
   esac
 }
-dict() { case $1 in gguf) echo "$root/fuzz/gguf.dict" ;; *) echo "$root/fuzz/json.dict" ;; esac; }
+dict() { case $1 in gguf | tokenizer_gguf) echo "$root/fuzz/gguf.dict" ;; *) echo "$root/fuzz/json.dict" ;; esac; }
 
 status=0
 summary=()
