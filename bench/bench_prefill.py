@@ -34,13 +34,14 @@ def child_llamacpp(model, ids, threads, repeats):
     from llama_cpp import Llama
     llm = Llama(model_path=model, n_ctx=len(ids) + 8, n_threads=threads, n_threads_batch=threads,
                 n_batch=512, n_ubatch=512, verbose=False)
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
         llm.reset()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         llm.eval(ids)
         times.append(time.perf_counter() - t0)
-    return times
+        cpu.append(time.process_time() - c0)
+    return times, cpu
 
 
 def child_transformers(model, ids, threads, repeats):
@@ -51,13 +52,14 @@ def child_transformers(model, ids, threads, repeats):
                                              torch_dtype=torch.float32)
     m.eval()
     x = torch.tensor([ids])
-    times = []
+    times, cpu = [], []
     with torch.no_grad():
         for _ in range(repeats):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             m(x, use_cache=False, logits_to_keep=1)
             times.append(time.perf_counter() - t0)
-    return times
+            cpu.append(time.process_time() - c0)
+    return times, cpu
 
 
 def child_ckv(model, ids, threads, repeats, binary, record):
@@ -71,7 +73,7 @@ def child_ckv(model, ids, threads, repeats, binary, record):
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     os.unlink(path)
     timing = json.loads(out.strip().splitlines()[-1])
-    return timing["prefill_seconds"]
+    return timing["prefill_seconds"], timing["prefill_cpu_seconds"]
 
 
 def run_child(args):
@@ -79,16 +81,17 @@ def run_child(args):
     n, threads, repeats = int(n), int(threads), int(repeats)
     ids = token_ids(n)
     if engine == "llama.cpp":
-        times = child_llamacpp(model, ids, threads, repeats)
+        times, cpu = child_llamacpp(model, ids, threads, repeats)
     elif engine == "transformers":
-        times = child_transformers(model, ids, threads, repeats)
+        times, cpu = child_transformers(model, ids, threads, repeats)
     elif engine in ("ckv", "ckv+record"):
-        times = child_ckv(model, ids, threads, repeats, binary, engine == "ckv+record")
+        times, cpu = child_ckv(model, ids, threads, repeats, binary, engine == "ckv+record")
     else:
         raise SystemExit(f"unknown engine {engine}")
     rss_kib = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                   resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-    print(json.dumps({"engine": engine, "n": n, "times": times, "peak_rss_mib": rss_kib / 1024}))
+    print(json.dumps({"engine": engine, "n": n, "times": times, "cpu_times": cpu,
+                      "peak_rss_mib": rss_kib / 1024}))
 
 
 def main():
@@ -115,19 +118,22 @@ def main():
                 print(f"# {engine} n={n}: {last}", file=sys.stderr)
                 continue
             res = json.loads(r.stdout.strip().splitlines()[-1])
-            best = min(res["times"])
-            res["tok_per_s"] = n / best
+            res["tok_per_s"] = n / min(res["times"])
+            res["tok_per_cpu_s"] = n / min(res["cpu_times"])
             rows.append(res)
     by_n = {}
     for r in rows:
         by_n.setdefault(r["n"], {})[r["engine"]] = r
-    print(f"| tokens | engine | prefill tok/s (best of {args.repeats}) | vs llama.cpp | peak RSS MiB |")
-    print("|---:|---|---:|---:|---:|")
+    print(f"| tokens | engine | prefill tok/s (best of {args.repeats}) | vs llama.cpp "
+          f"| tok per CPU-second | vs llama.cpp | peak RSS MiB |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
     for n, engines in sorted(by_n.items()):
-        ref = engines.get("llama.cpp", {}).get("tok_per_s")
+        ref = engines.get("llama.cpp", {})
         for name, r in engines.items():
-            ratio = f"{r['tok_per_s'] / ref:.2f}x" if ref else "n/a"
-            print(f"| {n} | {name} | {r['tok_per_s']:.1f} | {ratio} | {r['peak_rss_mib']:.0f} |")
+            ratio = f"{r['tok_per_s'] / ref['tok_per_s']:.2f}x" if ref else "n/a"
+            cratio = f"{r['tok_per_cpu_s'] / ref['tok_per_cpu_s']:.2f}x" if ref else "n/a"
+            print(f"| {n} | {name} | {r['tok_per_s']:.1f} | {ratio} | {r['tok_per_cpu_s']:.1f} "
+                  f"| {cratio} | {r['peak_rss_mib']:.0f} |")
     print(json.dumps({"threads": args.threads, "model": os.path.basename(args.model), "results": rows}))
 
 
