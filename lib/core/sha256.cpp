@@ -1,5 +1,7 @@
 #include "core/sha256.h"
 
+#include <set>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -104,6 +106,16 @@ std::string sha256_file(const std::filesystem::path& path) {
   }
   ::close(fd);
   return to_hex(hash.finish());
+}
+
+std::string model_sha256(const std::filesystem::path& path) {
+  if (!std::filesystem::is_directory(path)) return sha256_file(path);
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(path))
+    if (e.is_regular_file()) names.insert(e.path().filename().string());
+  std::string manifest;
+  for (const std::string& name : names) manifest += sha256_file(path / name) + "  " + name + "\n";
+  return sha256_hex(manifest);
 }
 
 }  // namespace ckv

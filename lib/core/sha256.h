@@ -44,4 +44,8 @@ std::string sha256_hex(std::string_view bytes);
 // opened or read.
 std::string sha256_file(const std::filesystem::path& path);
 
+// A model's identity: a file's sha256; for an HF directory, the sha256 of its sorted
+// "sha256  name" manifest (what `sha256sum *` prints), so any changed file changes it.
+std::string model_sha256(const std::filesystem::path& path);
+
 }  // namespace ckv

@@ -1,0 +1,66 @@
+#pragma once
+// One layer of `ckv bound` / `ckv check`: from the layer's post-RoPE Q/K/V, o_proj and nu,
+// the scores of every selection method (MATH.md §4), the selections per KV head at every
+// budget, and the perturbation metrics (MATH.md §3) per query head and evaluation query.
+// Nothing n x n is built: only the attention rows a method needs (evaluation queries,
+// the snapkv window, the h2o rows) are computed, one at a time.
+//
+// The evictable entries are the context [0, c); the evaluation queries are positions
+// >= c (the question) or, with no question, the last token. The attention of an
+// evaluation query is its full causal softmax over [0, p]; the "attn" method ranks by its
+// mean over the evaluation queries.
+#include <cstdint>
+#include <vector>
+
+#include "analysis/perturbation.h"
+#include "analysis/selection.h"
+#include "core/tensor.h"
+
+namespace ckv {
+
+class ThreadPool;
+
+struct LayerTensors {
+  const Tensor* q = nullptr;      // [n_head, seq, d_head] post-RoPE
+  const Tensor* k = nullptr;      // [n_kv_head, seq, d_head] post-RoPE
+  const Tensor* v = nullptr;      // [n_kv_head, seq, d_head]
+  const Tensor* wo = nullptr;     // [d_model, n_head*d_head] o_proj.weight
+  const Tensor* nu_l1 = nullptr;  // [n_head, seq]
+  const Tensor* nu_l2 = nullptr;  // [n_head, seq]
+};
+
+struct LayerRequest {
+  std::vector<MethodSpec> methods;
+  std::vector<int64_t> budgets;    // kept entries per KV head, each in [1, c]
+  SelectionParams params;
+  int64_t c = 0;                   // context end
+  std::vector<int64_t> eval_rows;  // [n_query] evaluation query positions
+  bool oracle = false;             // compute the greedy order when a method needs it
+  int64_t oracle_max_n = 1024;     // skip the oracle (NaN metrics) when c is larger
+  std::vector<std::vector<int64_t>> file_kept;  // [n_kv_head][*] for the "file" method
+};
+
+struct LayerResult {
+  int64_t n_method = 0, n_budget = 0, n_head = 0, n_query = 0, n_kv_head = 0, c = 0;
+  std::vector<MetricRow> metrics;   // [method, budget, head, query]
+  std::vector<uint8_t> kept_mask;   // [method, budget, kv_head, c]
+  std::vector<int64_t> kept_count;  // [method, budget, kv_head]
+  bool oracle_skipped = false;
+
+  const MetricRow& at(int64_t m, int64_t b, int64_t h, int64_t q) const {
+    return metrics[static_cast<size_t>(((m * n_budget + b) * n_head + h) * n_query + q)];
+  }
+};
+
+// The evaluation rows of a prompt of n tokens whose context ends at c.
+std::vector<int64_t> evaluation_rows(int64_t c, int64_t n);
+
+// Scores of every leaf method (attn, snapkv, h2o, nu) for the layer. Throws InputError when
+// the snapkv window is not shorter than the context.
+SelectionInputs selection_inputs(const LayerTensors& t, const LayerRequest& request,
+                                 bool need_snapkv, bool need_h2o);
+
+LayerResult analyze_layer(const LayerTensors& t, const LayerRequest& request,
+                          ThreadPool* pool = nullptr);
+
+}  // namespace ckv

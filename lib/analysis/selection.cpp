@@ -1,0 +1,253 @@
+#include "analysis/selection.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace ckv {
+
+namespace {
+
+constexpr const char* kKnownMethods =
+    "attn, snapkv, h2o, streaming, file, oracle, adakv(BASE), criticalkv(BASE)";
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  return s;
+}
+
+std::vector<int64_t> sorted(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+int64_t share(int64_t budget, double fraction) {
+  // kvpress: int(n_kept * ratio), floored to 1 when the ratio is positive and n_kept > 0.
+  if (fraction <= 0 || budget <= 0) return 0;
+  return std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(budget) * fraction));
+}
+
+// Stage 1 plus stage 2 of Algorithm 1 for one KV head: `first` = the stage-1 entries,
+// the rest filled by (score + eps) * nu.
+std::vector<int64_t> two_stage(const Eigen::RowVectorXd& score, const Eigen::RowVectorXd& nu,
+                               const std::vector<int64_t>& first, int64_t budget, double eps) {
+  const int64_t c = score.size();
+  std::vector<char> taken(static_cast<size_t>(c), 0);
+  for (int64_t i : first) taken[static_cast<size_t>(i)] = 1;
+  const Eigen::RowVectorXd weighted = ((score.array() + eps) * nu.array()).matrix();
+  std::vector<int64_t> kept = first;
+  const int64_t rest = std::max<int64_t>(0, budget - static_cast<int64_t>(first.size()));
+  for (int64_t i : top_k(weighted, rest, taken)) kept.push_back(i);
+  return sorted(kept);
+}
+
+// AdaKV's allocation: per-head budgets summing to budget * n_kv_head (MATH.md §4).
+std::vector<int64_t> adakv_budgets(const ScoreMatrix& scores, int64_t budget, double alpha_safe,
+                                   std::vector<std::vector<int64_t>>& safe) {
+  const int64_t h_count = scores.rows(), c = scores.cols();
+  const int64_t n_safe = share(budget, alpha_safe);
+  std::vector<int64_t> budgets(static_cast<size_t>(h_count), 0);
+  safe.assign(static_cast<size_t>(h_count), {});
+  // Candidates of the joint choice: (is_safe, score) descending, ties by head then position.
+  struct Entry {
+    bool safe;
+    double score;
+    int64_t head, pos;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(static_cast<size_t>(h_count * c));
+  for (int64_t g = 0; g < h_count; ++g) {
+    safe[static_cast<size_t>(g)] = top_k(scores.row(g), n_safe);
+    std::vector<char> is_safe(static_cast<size_t>(c), 0);
+    for (int64_t i : safe[static_cast<size_t>(g)]) is_safe[static_cast<size_t>(i)] = 1;
+    for (int64_t i = 0; i < c; ++i) entries.push_back({is_safe[static_cast<size_t>(i)] != 0, scores(g, i), g, i});
+  }
+  const int64_t total = std::min<int64_t>(budget * h_count, h_count * c);
+  std::partial_sort(entries.begin(), entries.begin() + total, entries.end(),
+                    [](const Entry& a, const Entry& b) {
+                      if (a.safe != b.safe) return a.safe;
+                      if (a.score != b.score) return a.score > b.score;
+                      if (a.head != b.head) return a.head < b.head;
+                      return a.pos < b.pos;
+                    });
+  for (int64_t i = 0; i < total; ++i) ++budgets[static_cast<size_t>(entries[static_cast<size_t>(i)].head)];
+  return budgets;
+}
+
+void check_scores(const ScoreMatrix& m, const SelectionInputs& in, std::string_view what) {
+  if (m.rows() != in.n_kv_head || m.cols() != in.c)
+    fail<InputError>("selection: the {} scores are missing or not [{}, {}]", what, in.n_kv_head, in.c);
+}
+
+}  // namespace
+
+MethodSpec MethodSpec::parse(std::string_view text) {
+  const std::string_view s = trim(text);
+  MethodSpec spec;
+  const size_t open = s.find('(');
+  if (open != std::string_view::npos) {
+    if (s.back() != ')') fail<InputError>("--methods: '{}' lacks its closing ')'", s);
+    const std::string_view head = trim(s.substr(0, open));
+    const std::string_view inner = s.substr(open + 1, s.size() - open - 2);
+    if (head == "adakv") spec.kind = Kind::AdaKV;
+    else if (head == "criticalkv") spec.kind = Kind::CriticalKV;
+    else fail<InputError>("--methods: unknown method '{}' (known: {})", head, kKnownMethods);
+    MethodSpec base = parse(inner);
+    if (base.kind == Kind::CriticalKV)
+      fail<InputError>("--methods: '{}': criticalkv must be the outermost method", s);
+    if (spec.kind == Kind::AdaKV && base.kind == Kind::AdaKV)
+      fail<InputError>("--methods: '{}': adakv cannot wrap adakv", s);
+    if (base.leaf().kind == Kind::File || base.leaf().kind == Kind::Oracle)
+      fail<InputError>("--methods: '{}': {} has no scores to build on", s, base.leaf().name());
+    spec.base = std::make_shared<const MethodSpec>(std::move(base));
+    return spec;
+  }
+  if (s == "attn") spec.kind = Kind::Attn;
+  else if (s == "snapkv") spec.kind = Kind::SnapKV;
+  else if (s == "h2o") spec.kind = Kind::H2O;
+  else if (s == "streaming") spec.kind = Kind::Streaming;
+  else if (s == "file") spec.kind = Kind::File;
+  else if (s == "oracle") spec.kind = Kind::Oracle;
+  else fail<InputError>("--methods: unknown method '{}' (known: {})", s, kKnownMethods);
+  return spec;
+}
+
+std::string MethodSpec::name() const {
+  switch (kind) {
+    case Kind::Attn: return "attn";
+    case Kind::SnapKV: return "snapkv";
+    case Kind::H2O: return "h2o";
+    case Kind::Streaming: return "streaming";
+    case Kind::File: return "file";
+    case Kind::Oracle: return "oracle";
+    case Kind::AdaKV: return "adakv(" + base->name() + ")";
+    case Kind::CriticalKV: return "criticalkv(" + base->name() + ")";
+  }
+  return "?";
+}
+
+int64_t budget_from_fraction(int64_t c, double fraction) {
+  const double compression_ratio = 1.0 - fraction;
+  if (compression_ratio >= 1.0) return 0;
+  return std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(c) * (1.0 - compression_ratio)));
+}
+
+std::vector<int64_t> top_k(const Eigen::Ref<const Eigen::RowVectorXd>& scores, int64_t k,
+                           const std::vector<char>& exclude) {
+  std::vector<int64_t> idx;
+  idx.reserve(static_cast<size_t>(scores.size()));
+  for (int64_t i = 0; i < scores.size(); ++i)
+    if (exclude.empty() || !exclude[static_cast<size_t>(i)]) idx.push_back(i);
+  k = std::clamp<int64_t>(k, 0, static_cast<int64_t>(idx.size()));
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
+    return scores[a] != scores[b] ? scores[a] > scores[b] : a < b;
+  });
+  idx.resize(static_cast<size_t>(k));
+  return idx;
+}
+
+ScoreMatrix reduce_groups(const ScoreMatrix& per_head, int64_t n_kv_head, GqaReduce reduce) {
+  const int64_t group = per_head.rows() / n_kv_head;
+  ScoreMatrix out(n_kv_head, per_head.cols());
+  for (int64_t g = 0; g < n_kv_head; ++g) {
+    const auto rows = per_head.middleRows(g * group, group);
+    if (reduce == GqaReduce::Mean) out.row(g) = rows.colwise().mean();
+    else out.row(g) = rows.colwise().maxCoeff();
+  }
+  return out;
+}
+
+Eigen::RowVectorXd pool_row(const Eigen::RowVectorXd& row, int64_t kernel, PoolKind pool) {
+  const int64_t n = row.size(), pad = kernel / 2;
+  Eigen::RowVectorXd out(n);
+  for (int64_t i = 0; i < n; ++i) {
+    double acc = pool == PoolKind::Max ? -std::numeric_limits<double>::infinity() : 0.0;
+    for (int64_t j = i - pad; j <= i + pad; ++j) {
+      if (j < 0 || j >= n) continue;  // max pads with -inf, avg with zeros (still divides by kernel)
+      acc = pool == PoolKind::Max ? std::max(acc, row[j]) : acc + row[j];
+    }
+    out[i] = pool == PoolKind::Max ? acc : acc / static_cast<double>(kernel);
+  }
+  return out;
+}
+
+ScoreMatrix leaf_scores(const MethodSpec& leaf, const SelectionInputs& in, int64_t budget,
+                        const SelectionParams& params) {
+  using Kind = MethodSpec::Kind;
+  switch (leaf.kind) {
+    case Kind::Attn: check_scores(in.attn, in, "attn"); return in.attn;
+    case Kind::SnapKV: check_scores(in.snapkv, in, "snapkv"); return in.snapkv;
+    case Kind::H2O: check_scores(in.h2o, in, "h2o"); return in.h2o;
+    case Kind::Oracle: check_scores(in.oracle_rank, in, "oracle"); return in.oracle_rank;
+    case Kind::Streaming: {
+      // kvpress StreamingLLMPress: zeros on [sinks, sinks + n_pruned), ones elsewhere.
+      ScoreMatrix s = ScoreMatrix::Ones(in.n_kv_head, in.c);
+      const int64_t pruned = in.c - std::min(budget, in.c);
+      const int64_t begin = std::min(params.sinks, in.c), end = std::min(in.c, params.sinks + pruned);
+      if (end > begin) s.middleCols(begin, end - begin).setZero();
+      return s;
+    }
+    case Kind::File: {
+      if (static_cast<int64_t>(in.file_kept.size()) != in.n_kv_head)
+        fail<InputError>("selection: no --selection-file entry for this layer");
+      ScoreMatrix s = ScoreMatrix::Zero(in.n_kv_head, in.c);
+      for (int64_t g = 0; g < in.n_kv_head; ++g)
+        for (int64_t i : in.file_kept[static_cast<size_t>(g)]) s(g, i) = 1;
+      return s;
+    }
+    default: break;
+  }
+  fail<InputError>("selection: '{}' is not a leaf method", leaf.name());
+}
+
+Selection select(const MethodSpec& method, const SelectionInputs& in, int64_t budget,
+                 const SelectionParams& params) {
+  using Kind = MethodSpec::Kind;
+  const int64_t h_count = in.n_kv_head;
+  budget = std::clamp<int64_t>(budget, 0, in.c);
+  Selection out;
+  out.kept.resize(static_cast<size_t>(h_count));
+  out.stage1.resize(static_cast<size_t>(h_count));
+  if (method.kind == Kind::File) {
+    for (int64_t g = 0; g < h_count; ++g) {
+      if (static_cast<int64_t>(in.file_kept.size()) != h_count)
+        fail<InputError>("selection: no --selection-file entry for this layer");
+      out.kept[static_cast<size_t>(g)] = sorted(in.file_kept[static_cast<size_t>(g)]);
+      out.stage1[static_cast<size_t>(g)] = out.kept[static_cast<size_t>(g)];
+    }
+    return out;
+  }
+  const ScoreMatrix scores = leaf_scores(method.leaf(), in, budget, params);
+  const bool critical = method.kind == Kind::CriticalKV;
+  const MethodSpec& inner = critical ? *method.base : method;
+  std::vector<int64_t> budgets(static_cast<size_t>(h_count), budget);
+  std::vector<std::vector<int64_t>> safe(static_cast<size_t>(h_count));
+  const bool ada = inner.kind == Kind::AdaKV;
+  if (ada) budgets = adakv_budgets(scores, budget, params.alpha_safe, safe);
+  if (critical) check_scores(in.nu, in, "nu");
+
+  for (int64_t g = 0; g < h_count; ++g) {
+    const auto gi = static_cast<size_t>(g);
+    const int64_t b = budgets[gi];
+    const Eigen::RowVectorXd row = scores.row(g);
+    if (!critical) {
+      out.kept[gi] = sorted(top_k(row, b));
+      out.stage1[gi] = top_k(row, share(b, params.alpha));
+      continue;
+    }
+    // Plain criticalkv floors stage 1 to one entry (kvpress CriticalKVPress); the adakv
+    // composition takes int(b_g * alpha) and keeps the safeguard set with it
+    // (CriticalAdaKVPress scores both with float max before stage 2).
+    int64_t first = ada ? static_cast<int64_t>(static_cast<double>(b) * params.alpha) : share(b, params.alpha);
+    out.stage1[gi] = top_k(row, first);
+    const int64_t fixed = ada ? std::max<int64_t>(first, static_cast<int64_t>(safe[gi].size())) : first;
+    out.kept[gi] = two_stage(row, in.nu.row(g), top_k(row, std::min(fixed, b)), b, params.eps);
+  }
+  return out;
+}
+
+}  // namespace ckv

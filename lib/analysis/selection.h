@@ -1,0 +1,102 @@
+#pragma once
+// KV-cache selection methods (MATH.md §4) over the evictable context [0, c) of one layer,
+// one selection per KV head, reproducing kvpress's presses (SnapKVPress, StreamingLLMPress,
+// AdaKVPress, CriticalKVPress, CriticalAdaKVPress) rule for rule:
+//
+//   * budgets: b entries of the c evictable ones per KV head (`budget_from_fraction` is
+//     kvpress's compute_n_kept); the snapkv observation window counts in b;
+//   * snapkv scores the window's own entries max + 1 (the maximum over the whole layer, as
+//     kvpress pads), so they are kept whenever the budget allows, inside the budget;
+//   * criticalkv: stage 1 = top max(1, floor(alpha b)) by the base score; stage 2 = top of
+//     the rest by (score + eps) * nu, nu reduced over the KV head's query heads;
+//   * adakv: each head keeps its top max(1, floor(alpha_safe b)); then the top b * n_kv_head
+//     of the layer jointly; criticalkv(adakv(base)) runs the two stages per head with the
+//     head's allocated budget, its stage 1 widened to the safeguard set as kvpress does.
+//
+// Ties (equal scores) are broken by the lower position first (then the lower KV head for
+// the joint adakv choice); torch.topk leaves ties unspecified, so kvpress may differ only
+// where scores tie exactly.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <Eigen/Core>
+
+namespace ckv {
+
+enum class PoolKind { Max, Avg };
+enum class GqaReduce { Mean, Max };
+
+struct SelectionParams {
+  int64_t window = 32;  // snapkv observation window (last `window` context queries)
+  PoolKind pool = PoolKind::Max;
+  int64_t kernel = 7;   // snapkv pooling kernel (odd), stride 1, same length
+  int64_t h2o_rows = 256;  // h2o: accumulated attention of the last rows of the context
+  int64_t sinks = 4;       // streaming: first entries always kept
+  double alpha = 0.5;      // criticalkv stage-1 share (MATH.md §7: 0.5, not 0.25)
+  double eps = 1e-4;       // criticalkv stage-2 offset
+  double alpha_safe = 0.2; // adakv safeguard share
+  GqaReduce gqa_reduce = GqaReduce::Mean;
+};
+
+// A method expression: attn, snapkv, h2o, streaming, file, oracle, adakv(X), criticalkv(X).
+struct MethodSpec {
+  enum class Kind { Attn, SnapKV, H2O, Streaming, File, Oracle, AdaKV, CriticalKV };
+  Kind kind = Kind::Attn;
+  std::shared_ptr<const MethodSpec> base;  // set for AdaKV and CriticalKV
+
+  // Throws InputError "--methods: unknown method 'x' (known: ...)" or a nesting error.
+  static MethodSpec parse(std::string_view text);
+  std::string name() const;
+  bool is_leaf() const { return !base; }
+  // The leaf method whose scores drive this one.
+  const MethodSpec& leaf() const { return base ? base->leaf() : *this; }
+};
+
+// kvpress's compute_n_kept with compression_ratio = 1 - fraction: max(1, int(c * fraction)).
+int64_t budget_from_fraction(int64_t c, double fraction);
+
+using ScoreMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Per-KV-head inputs of the selection of one layer. Scores are [n_kv_head, c], already
+// reduced over each KV head's query heads (snapkv's window entries included).
+struct SelectionInputs {
+  int64_t c = 0;           // evictable entries
+  int64_t n_kv_head = 0;
+  ScoreMatrix attn;        // [n_kv_head, c] mean attention of the evaluation queries
+  ScoreMatrix snapkv;      // [n_kv_head, c]
+  ScoreMatrix h2o;         // [n_kv_head, c]
+  ScoreMatrix nu;          // [n_kv_head, c] group-reduced L1 nu (criticalkv stage 2)
+  ScoreMatrix oracle_rank; // [n_kv_head, c] greedy pick order as a score (oracle.h); may be empty
+  std::vector<std::vector<int64_t>> file_kept;  // [n_kv_head][*] for --selection-file
+};
+
+struct Selection {
+  std::vector<std::vector<int64_t>> kept;    // [n_kv_head][b_g] increasing positions
+  std::vector<std::vector<int64_t>> stage1;  // [n_kv_head][b1_g] the stage-1 (or top) set
+};
+
+// Selects `budget` entries per KV head (on average, for adakv). Throws InputError when the
+// method needs inputs that are missing (an empty score matrix, no file selection).
+Selection select(const MethodSpec& method, const SelectionInputs& in, int64_t budget,
+                 const SelectionParams& params);
+
+// The score a leaf method ranks by, [n_kv_head, c]; streaming's depends on the budget.
+ScoreMatrix leaf_scores(const MethodSpec& leaf, const SelectionInputs& in, int64_t budget,
+                        const SelectionParams& params);
+
+// Indices of the k largest of `scores` (ties: lower index first), skipping `exclude`d ones
+// (may be empty), in decreasing score order.
+std::vector<int64_t> top_k(const Eigen::Ref<const Eigen::RowVectorXd>& scores, int64_t k,
+                           const std::vector<char>& exclude = {});
+
+// Reduce query-head rows [n_head, c] to KV-head rows [n_kv_head, c] (GQA group mean/max).
+ScoreMatrix reduce_groups(const ScoreMatrix& per_head, int64_t n_kv_head, GqaReduce reduce);
+
+// snapkv's pooling of one row: stride 1, padding kernel/2, output the same length. Avg is
+// torch's avg_pool1d (zero padding counted in the mean), max pads with -inf.
+Eigen::RowVectorXd pool_row(const Eigen::RowVectorXd& row, int64_t kernel, PoolKind pool);
+
+}  // namespace ckv

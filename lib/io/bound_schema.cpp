@@ -1,0 +1,115 @@
+#include "io/bound_schema.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/provenance.h"
+
+namespace ckv {
+
+MetricRow query_mean(const LayerResult& r, int64_t method, int64_t budget, int64_t head) {
+  MetricRow mean{};
+  for (int64_t q = 0; q < r.n_query; ++q) {
+    const MetricRow& row = r.at(method, budget, head, q);
+    for (size_t k = 0; k < mean.size(); ++k) mean[k] += row[k];
+  }
+  for (double& x : mean) x /= static_cast<double>(r.n_query);
+  return mean;
+}
+
+BoundFile BoundFile::create(const std::filesystem::path& path, const Provenance& provenance,
+                            const std::string& kind, const std::vector<std::string>& labels,
+                            const nlohmann::json& settings) {
+  h5::File file = h5::File::create(path);
+  file.set_attr_string("schema", kBoundSchema);
+  file.set_attr_int("schema_version", kBoundSchemaVersion);
+  file.set_attr_string("kind", kind);
+  provenance.write_attrs(file);
+  file.set_attr_strings(kind == "check" ? "alphas" : "methods", labels);
+  std::vector<std::string> metrics(kMetricNames.begin(), kMetricNames.end());
+  file.set_attr_strings("metrics", metrics);
+  file.set_attr_json("settings", settings);
+  return BoundFile(std::move(file));
+}
+
+void BoundFile::write_record(const BoundRecord& rec) {
+  if (rec.layers.empty()) fail<InputError>("bound: record \"{}\" has no layers", rec.id);
+  h5::Group g = file_.create_group("records/" + rec.id);
+  g.set_attr_int("n", rec.n);
+  g.set_attr_int("context_end", rec.c);
+  g.set_attr_ints("eval_rows", rec.eval_rows);
+  g.set_attr_ints("budgets", rec.budgets);
+  g.set_attr_ints("layers", rec.layer_ids);
+  const LayerResult& first = rec.layers.front();
+  const int64_t nm = first.n_method, nb = first.n_budget, nl = static_cast<int64_t>(rec.layers.size());
+  const int64_t nh = first.n_head, nq = first.n_query, ng = first.n_kv_head, c = first.c;
+  const int64_t nk = kMetricCount;
+
+  std::vector<double> metrics(static_cast<size_t>(nm * nb * nl * nh * nq * nk));
+  std::vector<double> means(static_cast<size_t>(nm * nb * nl * nh * nk));
+  std::vector<uint8_t> kept(static_cast<size_t>(nm * nb * nl * ng * c));
+  std::vector<int64_t> counts(static_cast<size_t>(nm * nb * nl * ng));
+  for (int64_t m = 0; m < nm; ++m)
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t l = 0; l < nl; ++l) {
+        const LayerResult& r = rec.layers[static_cast<size_t>(l)];
+        const int64_t mbl = (m * nb + b) * nl + l;
+        for (int64_t h = 0; h < nh; ++h) {
+          for (int64_t q = 0; q < nq; ++q) {
+            const MetricRow& row = r.at(m, b, h, q);
+            std::copy(row.begin(), row.end(), metrics.begin() + ((mbl * nh + h) * nq + q) * nk);
+          }
+          const MetricRow mean = query_mean(r, m, b, h);
+          std::copy(mean.begin(), mean.end(), means.begin() + (mbl * nh + h) * nk);
+        }
+        for (int64_t gi = 0; gi < ng; ++gi) {
+          const int64_t src = (m * nb + b) * ng + gi;
+          counts[static_cast<size_t>(mbl * ng + gi)] = r.kept_count[static_cast<size_t>(src)];
+          std::copy_n(r.kept_mask.begin() + src * c, c, kept.begin() + (mbl * ng + gi) * c);
+        }
+      }
+  const h5::DatasetOptions chunked{.chunk = {1, 1, nl, nh, nq, nk}, .gzip_level = 4, .shuffle = true};
+  h5::Dataset ds = g.create_dataset("metrics", h5::DType::F64, {nm, nb, nl, nh, nq, nk}, chunked);
+  ds.set_dims({"method", "budget", "layer", "head", "query", "metric"});
+  ds.write(metrics);
+  ds = g.create_dataset("metrics_mean", h5::DType::F64, {nm, nb, nl, nh, nk});
+  ds.set_dims({"method", "budget", "layer", "head", "metric"});
+  ds.write(means);
+  ds = g.create_dataset("kept_mask", h5::DType::U8, {nm, nb, nl, ng, c},
+                        {.chunk = {1, 1, nl, ng, c}, .gzip_level = 4, .shuffle = false});
+  ds.set_dims({"method", "budget", "layer", "kv_head", "pos"});
+  ds.write(kept);
+  ds = g.create_dataset("kept_count", h5::DType::I64, {nm, nb, nl, ng});
+  ds.set_dims({"method", "budget", "layer", "kv_head"});
+  ds.write(counts);
+  g.set_attr_bool("complete", true);
+  file_.flush();
+}
+
+void write_bound_csv_header(std::ostream& out) {
+  out << "record,method,budget,layer,head,kv_head,n_query";
+  for (const char* name : kMetricNames) out << ',' << name;
+  out << '\n';
+}
+
+void write_bound_csv_rows(std::ostream& out, const BoundRecord& rec,
+                          const std::vector<std::string>& labels) {
+  for (size_t l = 0; l < rec.layers.size(); ++l) {
+    const LayerResult& r = rec.layers[l];
+    const int64_t group = r.n_head / r.n_kv_head;
+    for (int64_t m = 0; m < r.n_method; ++m)
+      for (int64_t b = 0; b < r.n_budget; ++b)
+        for (int64_t h = 0; h < r.n_head; ++h) {
+          const MetricRow mean = query_mean(r, m, b, h);
+          // Method names hold commas only inside parentheses; quote them for CSV readers.
+          out << fmt::format("{},\"{}\",{},{},{},{},{}", rec.id, labels[static_cast<size_t>(m)],
+                             rec.budgets[static_cast<size_t>(b)], rec.layer_ids[l], h, h / group, r.n_query);
+          for (double x : mean) out << ',' << fmt::format("{:.9g}", x);
+          out << '\n';
+        }
+  }
+}
+
+}  // namespace ckv

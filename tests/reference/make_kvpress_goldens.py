@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Golden selections and perturbation metrics for tests/test_bound_golden.cpp.
+
+Writes tests/data/kvpress/selection_v1.h5 (format_version 1). Two references, both
+independent of the C++ code:
+
+* kvpress (PyPI, `pip install kvpress`; imported with stubs for the `datasets` and
+  `fire` modules its package __init__ pulls in and these presses never use):
+  SnapKVPress scores and kept indices (window/kernel/avg pooling as given),
+  CriticalKVPress, AdaKVPress and CriticalAdaKVPress kept indices, both on SnapKV and
+  on a fixed tie-free scorer (`FixedScoresPress`, the evaluation queries' mean
+  attention, which is ckv's `attn` method). The presses run in float64 on a fake
+  attention module (config, o_proj) with the attention matrix given, so they never
+  touch a real model.
+* NumPy, written from ../shared/spec/MATH.md: snapkv with max pooling (kvpress only
+  pools by average), and the perturbation metrics of MATH.md §3 for random
+  selections (L1/L2, theta, theta_hat, theta_rel, S, S1, C, nu_min).
+
+Layout (all float64 unless said; masks int32 [n_kv_head, c], 1 = kept):
+
+    /               attrs: format_version, generator, kvpress_version, torch_version
+    /cases/<name>/  attrs: c, n, window, kernel, pool ("avg"/"max"), alpha, eps,
+                           alpha_safe, budgets (int64 list of kept entries)
+        q float32 [n_head, n, d_head], k, v float32 [n_kv_head, n, d_head],
+        wo float32 [d_model, n_head*d_head]
+        snapkv_scores [n_kv_head, c]    (kvpress or numpy, per the case's pool)
+        fixed_scores  [n_kv_head, c]    mean attention of the evaluation queries
+        kept/<method>/<b>  int32 mask   method in snapkv, criticalkv(snapkv),
+            adakv(snapkv), criticalkv(adakv(snapkv)), criticalkv(attn), adakv(attn),
+            criticalkv(adakv(attn)), attn
+    /perturb/<i>/   attrs: c, head; attn [p+1], keep int32 [p+1], stage1 int32 [p+1],
+        v float32 [p+1, d_head], wo float32 [d_model, n_head*d_head],
+        nu_l1, nu_l2 [p+1], metrics [15] in the order of kMetricNames
+"""
+import sys
+import types
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+
+
+class _Anything:
+    def __init__(self, *a, **k):
+        pass
+
+    def __call__(self, *a, **k):
+        return _Anything()
+
+    def __getattr__(self, k):
+        return _Anything()
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+
+class _Stub(types.ModuleType):
+    def __getattr__(self, k):
+        if k.startswith("__"):
+            raise AttributeError(k)
+        return _Anything()
+
+
+for _name in ["datasets", "fire"]:
+    if _name not in sys.modules:
+        try:
+            __import__(_name)
+        except ImportError:
+            sys.modules[_name] = _Stub(_name)
+
+import kvpress  # noqa: E402
+from kvpress import AdaKVPress, CriticalAdaKVPress, CriticalKVPress, SnapKVPress  # noqa: E402
+from kvpress.presses.scorer_press import ScorerPress  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "tests/data/kvpress/selection_v1.h5"
+
+
+class FixedScoresPress(ScorerPress):
+    """A ScorerPress whose scores are given (the `attn` method's scores)."""
+
+    def __init__(self, scores):
+        super().__init__(compression_ratio=0.0)
+        self.fixed = scores
+
+    def score(self, module, hidden_states, keys, values, attentions, kwargs):
+        return self.fixed.clone()
+
+
+class FakeModule:
+    def __init__(self, n_head, n_kv, d_head, d_model, wo):
+        self.config = types.SimpleNamespace(num_attention_heads=n_head, num_key_value_heads=n_kv,
+                                            head_dim=d_head, hidden_size=d_model,
+                                            _attn_implementation="sdpa")
+        self.head_dim = d_head
+        self.num_key_value_groups = n_head // n_kv
+        self.o_proj = torch.nn.Linear(n_head * d_head, d_model, bias=False, dtype=torch.float64)
+        with torch.no_grad():
+            self.o_proj.weight.copy_(torch.from_numpy(wo.astype(np.float64)))
+
+
+def softmax_rows(q, k, rows):
+    """Causal softmax of rows (positions) of q [n, d] against k [n, d], float64, [len(rows), n]."""
+    d = q.shape[1]
+    out = np.zeros((len(rows), k.shape[0]))
+    for r, p in enumerate(rows):
+        logits = k[: p + 1].astype(np.float64) @ q[p].astype(np.float64) / np.sqrt(d)
+        e = np.exp(logits - logits.max())
+        out[r, : p + 1] = e / e.sum()
+    return out
+
+
+def make_case(rng, n_head, n_kv, d_head, d_model, c, n_question, peak):
+    n = c + n_question
+    q = rng.standard_normal((n_head, n, d_head)).astype(np.float32) * peak
+    k = rng.standard_normal((n_kv, n, d_head)).astype(np.float32)
+    v = rng.standard_normal((n_kv, n, d_head)).astype(np.float32)
+    wo = (rng.standard_normal((d_model, n_head * d_head)) / np.sqrt(d_head)).astype(np.float32)
+    return q, k, v, wo
+
+
+def kept_mask_from_keys(kept_keys, n_kv, c):
+    mask = np.zeros((n_kv, c), np.uint8)
+    pos = kept_keys[0, :, :, 0].round().astype(int)  # keys carry their position in dim 0
+    for g in range(n_kv):
+        mask[g, pos[g]] = 1
+    return mask
+
+
+def kept_mask_from_masked(module, n_kv, c):
+    mask = np.ones((n_kv, c), np.uint8)
+    _, heads, seqs = module.masked_key_indices
+    mask[heads.numpy(), seqs.numpy()] = 0
+    return mask
+
+
+def run_press(press, module, attentions, keys, values, n_kv, c, masked):
+    hidden = torch.zeros(1, c, module.config.hidden_size, dtype=torch.float64)
+    if masked:
+        press.compress(module, hidden, keys, values, attentions, {})
+        return kept_mask_from_masked(module, n_kv, c)
+    kk, _ = press.compress(module, hidden, keys, values, attentions, {})
+    return kept_mask_from_keys(kk.numpy(), n_kv, c)
+
+
+def numpy_snapkv(q, k, c, window, kernel, pool, group):
+    n_head = q.shape[0]
+    prefix = c - window
+    scores = np.zeros((n_head, prefix))
+    for h in range(n_head):
+        a = softmax_rows(q[h], k[h // group], range(prefix, c))[:, :prefix]
+        mean = a.mean(0)
+        pad = kernel // 2
+        for i in range(prefix):
+            win = mean[max(0, i - pad): i + pad + 1]
+            scores[h, i] = win.max() if pool == "max" else win.sum() / kernel
+    red = scores.reshape(n_head // group, group, prefix).mean(1)
+    return np.concatenate([red, np.full((red.shape[0], window), red.max() + 1)], axis=1)
+
+
+def write_case(f, name, rng, n_head, n_kv, d_head, d_model, c, n_question, window, kernel, pool,
+               fractions, peak):
+    q, k, v, wo = make_case(rng, n_head, n_kv, d_head, d_model, c, n_question, peak)
+    n = c + n_question
+    group = n_head // n_kv
+    alpha, eps, alpha_safe = 0.5, 1e-4, 0.2
+    module = FakeModule(n_head, n_kv, d_head, d_model, wo)
+    # The context prefill's full attention [1, n_head, c, c] (kvpress slices the window).
+    att = np.zeros((1, n_head, c, c))
+    for h in range(n_head):
+        att[0, h] = softmax_rows(q[h, :c], k[h // group, :c], range(c))
+    attentions = torch.from_numpy(att)
+    keys = torch.zeros(1, n_kv, c, d_head, dtype=torch.float64)
+    keys[..., 0] = torch.arange(c, dtype=torch.float64)
+    values = torch.from_numpy(v[None, :, :c].astype(np.float64))
+    eval_rows = list(range(c, n)) if n_question else [n - 1]
+    fixed = np.zeros((n_head, c))
+    for h in range(n_head):
+        fixed[h] = softmax_rows(q[h], k[h // group], eval_rows)[:, :c].mean(0)
+    fixed = fixed.reshape(n_kv, group, c).mean(1)
+    fixed_t = torch.from_numpy(fixed[None])
+
+    g = f.create_group(f"cases/{name}")
+    budgets = [max(1, int(c * (1 - (1 - fr)))) for fr in fractions]
+    for key, val in dict(c=c, n=n, window=window, kernel=kernel, alpha=alpha, eps=eps,
+                         alpha_safe=alpha_safe).items():
+        g.attrs[key] = val
+    g.attrs["pool"] = pool
+    g.attrs["budgets"] = np.array(budgets, np.int64)
+    g["q"], g["k"], g["v"], g["wo"] = q, k, v, wo
+    g["fixed_scores"] = fixed
+    hidden = torch.zeros(1, c, d_model, dtype=torch.float64)
+    if pool == "avg":
+        snap = SnapKVPress(window_size=window, kernel_size=kernel)
+        g["snapkv_scores"] = snap.score(module, hidden, keys, values, attentions, {}).numpy()[0]
+    else:
+        g["snapkv_scores"] = numpy_snapkv(q, k, c, window, kernel, pool, group)
+    for fr, b in zip(fractions, budgets):
+        cr = 1 - fr
+        presses = {}
+        if pool == "avg":
+            presses.update({
+                "snapkv": (SnapKVPress(compression_ratio=cr, window_size=window, kernel_size=kernel), False),
+                "criticalkv(snapkv)": (CriticalKVPress(SnapKVPress(compression_ratio=cr, window_size=window,
+                                                                   kernel_size=kernel), eps, alpha), False),
+                "adakv(snapkv)": (AdaKVPress(SnapKVPress(compression_ratio=cr, window_size=window,
+                                                         kernel_size=kernel), alpha_safe), True),
+                "criticalkv(adakv(snapkv))": (CriticalAdaKVPress(
+                    SnapKVPress(compression_ratio=cr, window_size=window, kernel_size=kernel),
+                    alpha_safe, eps, alpha), True),
+            })
+        fixed_press = lambda: FixedScoresPress(fixed_t)  # noqa: E731
+        for label, (make, masked) in {
+            "attn": (lambda: fixed_press(), False),
+            "criticalkv(attn)": (lambda: CriticalKVPress(fixed_press(), eps, alpha), False),
+            "adakv(attn)": (lambda: AdaKVPress(fixed_press(), alpha_safe), True),
+            "criticalkv(adakv(attn))": (lambda: CriticalAdaKVPress(fixed_press(), alpha_safe, eps, alpha), True),
+        }.items():
+            p = make()
+            p.compression_ratio = cr
+            presses[label] = (p, masked)
+        for label, (press, masked) in presses.items():
+            g[f"kept/{label}/{b}"] = run_press(press, module, attentions, keys, values, n_kv, c, masked)
+
+
+def metrics_numpy(a, keep, stage1, v, wo, head, nu1, nu2):
+    """MATH.md §3 in float64, directly from the formulas."""
+    d = v.shape[1]
+    w_h = wo[:, head * d:(head + 1) * d].T.astype(np.float64)  # [d, D]
+    p_rows = v.astype(np.float64) @ w_h                         # [p+1, D] fine at this size
+    s = (keep * a).sum()
+    s1 = (stage1 * a).sum()
+    a2 = keep * a / s
+    diff = (a - a2) @ p_rows
+    out = []
+    for nu in (nu1, nu2):
+        cval = (a * nu).sum()
+        kept = (keep * a * nu).sum()
+        out.append((cval, kept, nu.min()))
+    (c1, k1, m1), (c2, k2, m2) = out
+    return np.array([
+        np.abs(diff).sum(), np.sqrt((diff ** 2).sum()),
+        c1 - (2 - 1 / s) * k1, c1 - (2 - 1 / s1) * k1, c1 - (2 - 1 / s1) * m1 * s,
+        c2 - (2 - 1 / s) * k2, c2 - (2 - 1 / s1) * k2, c2 - (2 - 1 / s1) * m2 * s,
+        s, s1, c1, c2, m1, m2, keep[:].sum()])
+
+
+def write_perturb(f, rng, count):
+    for i in range(count):
+        n = int(rng.integers(4, 40))
+        c = int(rng.integers(2, n + 1))
+        d, big_d, n_head = int(rng.choice([4, 8])), int(rng.choice([6, 16])), 2
+        head = int(rng.integers(0, n_head))
+        logits = rng.standard_normal(n) * rng.choice([0.5, 3.0])
+        a = np.exp(logits - logits.max())
+        a /= a.sum()
+        v = rng.standard_normal((n, d)).astype(np.float32)
+        wo = rng.standard_normal((big_d, n_head * d)).astype(np.float32)
+        w_h = wo[:, head * d:(head + 1) * d].T.astype(np.float64)
+        p_rows = v.astype(np.float64) @ w_h
+        nu1, nu2 = np.abs(p_rows).sum(1), np.sqrt((p_rows ** 2).sum(1))
+        keep = np.zeros(n, np.int32)
+        keep[c:] = 1
+        b = int(rng.integers(1, c + 1))
+        order = np.argsort(-a[:c], kind="stable")
+        keep[rng.choice(c, b, replace=False)] = 1
+        stage1 = np.zeros(n, np.int32)
+        stage1[c:] = 1
+        stage1[order[: max(1, b // 2)]] = 1
+        keep[stage1 == 1] = 1
+        m = metrics_numpy(a, keep, stage1, v, wo, head, nu1, nu2)
+        m[-1] = keep[:c].sum()
+        g = f.create_group(f"perturb/{i}")
+        g.attrs["c"], g.attrs["head"] = c, head
+        g["attn"], g["keep"], g["stage1"], g["v"], g["wo"] = a, keep, stage1, v, wo
+        g["nu_l1"], g["nu_l2"], g["metrics"] = nu1, nu2, m
+
+
+def main():
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(20250131)
+    with h5py.File(OUT, "w", libver=("v108", "v110")) as f:
+        f.attrs["format_version"] = 1
+        f.attrs["generator"] = "tests/reference/make_kvpress_goldens.py"
+        f.attrs["kvpress_version"] = str(getattr(kvpress, "__version__", "0.5.5"))
+        f.attrs["torch_version"] = str(torch.__version__)
+        # kvpress's SnapKVPress setting (window 64, avg, kernel 5), GQA 4/2, with a question.
+        write_case(f, "kvpress_w64", rng, 4, 2, 16, 32, 400, 6, 64, 5, "avg", [0.2, 0.4, 0.6], 1.0)
+        # Small window, peaked attention, no question (the last token is the query), MHA.
+        write_case(f, "small_w8", rng, 3, 3, 8, 24, 80, 0, 8, 5, "avg", [0.2, 0.4], 2.5)
+        # The paper's setting (max pooling, kernel 7): numpy reference; GQA 6/2.
+        write_case(f, "paper_max7", rng, 6, 2, 8, 24, 120, 4, 16, 7, "max", [0.2, 0.4], 1.5)
+        write_perturb(f, rng, 40)
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+// `ckv bound` / `ckv check` on the tiny GQA model: outputs written, and every bad input
+// refused with one line and a non-zero exit.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "io/h5.h"
+
+namespace {
+
+const std::string kBin = CKV_BINARY;
+const std::string kModel = std::string(CKV_TEST_DATA_DIR) + "/models/tiny_llama_gqa";
+
+struct CliRun {
+  int status;
+  std::string out;
+};
+
+CliRun run(const std::string& args) {
+  const std::string cmd = kBin + " -q " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  return {pclose(p), out};
+}
+
+std::string tmp_prefix(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ckv_bound_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+std::string tokens_file(int n) {
+  const std::string path = tmp_prefix("tokens.txt");
+  std::ofstream f(path);
+  for (int i = 0; i < n; ++i) f << (i * 7 + 3) % 200 << ' ';
+  return path;
+}
+
+TEST(BoundCli, WritesOutputsOnTinyModel) {
+  const std::string out = tmp_prefix("ok");
+  const CliRun r = run("bound --model " + kModel + " --tokens " + tokens_file(60) +
+                    " --window 8 --methods 'snapkv,criticalkv(snapkv),attn,criticalkv(adakv(snapkv))' --oracle -o " +
+                    out + " --force");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("Table 9 layout"), std::string::npos) << r.out;
+  ckv::h5::File f = ckv::h5::File::open_read(out + ".h5");
+  EXPECT_EQ(f.attr_string("schema"), "ckv.bound");
+  const auto ds = f.open_dataset("records/0/metrics");
+  EXPECT_EQ(ds.shape().size(), 6u);
+  EXPECT_EQ(ds.shape()[0], 5);  // four methods and the oracle
+  EXPECT_TRUE(std::filesystem::exists(out + ".csv"));
+  EXPECT_TRUE(std::filesystem::exists(out + ".json"));
+  const CliRun c = run("check --model " + kModel + " --tokens " + tokens_file(60) + " --window 8 --alpha 0.25,0.5 -o " +
+                    tmp_prefix("check") + " --force");
+  ASSERT_EQ(c.status, 0) << c.out;
+  EXPECT_NE(c.out.find("Assumption 3.4"), std::string::npos);
+}
+
+void expect_refused(const std::string& args, const std::string& needle) {
+  const CliRun r = run(args);
+  EXPECT_NE(r.status, 0) << args;
+  EXPECT_NE(r.out.find(needle), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+}
+
+TEST(BoundCli, RefusesBadInputs) {
+  const std::string base = "bound --model " + kModel + " --tokens " + tokens_file(40) + " -o " + tmp_prefix("bad") + " --force ";
+  expect_refused(base + "--budgets 0.2,1.5", "outside (0, 1]");
+  expect_refused(base + "--budgets 0", "outside (0, 1]");
+  expect_refused(base + "--keep 41", "larger than the cache");
+  expect_refused(base + "--window 40", "not shorter than the context");
+  expect_refused(base + "--methods 'snapkv,fancykv'", "unknown method 'fancykv'");
+  expect_refused(base + "--methods 'criticalkv(snapkv'", "closing ')'");
+  expect_refused("check --model " + kModel + " --tokens " + tokens_file(40) + " --alpha 0 -o " + tmp_prefix("badc") + " --force", "outside (0, 1]");
+}
+
+TEST(BoundCli, RefusesDumpOfAnotherModel) {
+  const std::string dump = tmp_prefix("dump.h5");
+  const CliRun d = run("dump --model " + kModel + " --tokens " + tokens_file(40) + " --what q,k,v -o " + dump + " --force");
+  ASSERT_EQ(d.status, 0) << d.out;
+  // The same dump with its own model works...
+  const CliRun ok = run("bound --model " + kModel + " --dump " + dump + " --window 8 -o " + tmp_prefix("fromdump") + " --force");
+  EXPECT_EQ(ok.status, 0) << ok.out;
+  // ...and with another model is refused.
+  const std::string other = std::string(CKV_TEST_DATA_DIR) + "/models/tiny_llama_tied";
+  expect_refused("bound --model " + other + " --dump " + dump + " --window 8 -o " + tmp_prefix("other") + " --force", "sha256");
+}
+
+}  // namespace

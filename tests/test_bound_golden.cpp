@@ -1,0 +1,134 @@
+// Selections against kvpress (SnapKVPress, CriticalKVPress, AdaKVPress, CriticalAdaKVPress)
+// and the perturbation metrics against a float64 NumPy implementation of MATH.md §3, both
+// from tests/data/kvpress/selection_v1.h5 (tests/reference/make_kvpress_goldens.py).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "analysis/bound_layer.h"
+#include "analysis/perturbation.h"
+#include "analysis/selection.h"
+#include "analysis/value_norms.h"
+#include "io/h5.h"
+
+namespace ckv {
+namespace {
+
+const std::filesystem::path kGolden = std::filesystem::path(CKV_TEST_DATA_DIR) / "kvpress/selection_v1.h5";
+
+Tensor read_tensor(const h5::Group& g, const std::string& name) {
+  const h5::Dataset ds = g.open_dataset(name);
+  return Tensor(ds.shape(), ds.read<float>());
+}
+
+struct Case {
+  Tensor q, k, v, wo;
+  ValueNorms nu;
+  LayerRequest request;
+};
+
+Case load_case(const h5::Group& g) {
+  Case c;
+  c.q = read_tensor(g, "q");
+  c.k = read_tensor(g, "k");
+  c.v = read_tensor(g, "v");
+  c.wo = read_tensor(g, "wo");
+  c.nu = value_norms(c.v, c.wo, c.q.dim(0), {});
+  c.request.c = g.attr_int("c");
+  c.request.eval_rows = evaluation_rows(c.request.c, g.attr_int("n"));
+  c.request.params.window = g.attr_int("window");
+  c.request.params.kernel = g.attr_int("kernel");
+  c.request.params.pool = g.attr_string("pool") == "max" ? PoolKind::Max : PoolKind::Avg;
+  c.request.params.alpha = g.attr_double("alpha");
+  c.request.params.eps = g.attr_double("eps");
+  c.request.params.alpha_safe = g.attr_double("alpha_safe");
+  return c;
+}
+
+void expect_scores(const ScoreMatrix& ours, const h5::Dataset& ds, const std::string& what) {
+  const std::vector<double> ref = ds.read<double>();
+  ASSERT_EQ(ours.size(), static_cast<int64_t>(ref.size())) << what;
+  for (int64_t i = 0; i < ours.size(); ++i) {
+    const double r = ref[static_cast<size_t>(i)];
+    // Both sides compute in float64 from the same float32 inputs: only summation order differs.
+    EXPECT_NEAR(ours.data()[i], r, 1e-9 + 1e-9 * std::abs(r)) << what << " entry " << i;
+  }
+}
+
+TEST(BoundGolden, SelectionsMatchKvpress) {
+  h5::File f = h5::File::open_read(kGolden);
+  ASSERT_EQ(f.attr_int("format_version"), 1);
+  const h5::Group cases = f.open_group("cases");
+  int compared = 0;
+  for (const std::string& name : cases.children()) {
+    const h5::Group g = cases.open_group(name);
+    Case c = load_case(g);
+    LayerTensors t{&c.q, &c.k, &c.v, &c.wo, &c.nu.l1, &c.nu.l2};
+    const SelectionInputs in = selection_inputs(t, c.request, true, false);
+    expect_scores(in.snapkv, g.open_dataset("snapkv_scores"), name + " snapkv scores");
+    expect_scores(in.attn, g.open_dataset("fixed_scores"), name + " attn scores");
+    const h5::Group kept = g.open_group("kept");
+    for (const std::string& method : kept.children()) {
+      const MethodSpec spec = MethodSpec::parse(method);
+      const h5::Group per_budget = kept.open_group(method);
+      for (const std::string& b : per_budget.children()) {
+        const h5::Dataset ds = per_budget.open_dataset(b);
+        const std::vector<int32_t> mask = ds.read<int32_t>();
+        const Selection s = select(spec, in, std::stoll(b), c.request.params);
+        std::vector<int32_t> ours(mask.size(), 0);
+        for (size_t gi = 0; gi < s.kept.size(); ++gi)
+          for (int64_t i : s.kept[gi]) ours[gi * static_cast<size_t>(c.request.c) + static_cast<size_t>(i)] = 1;
+        EXPECT_EQ(ours, mask) << name << " " << method << " budget " << b;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GE(compared, 40);
+}
+
+TEST(BoundGolden, MetricsMatchNumpy) {
+  h5::File f = h5::File::open_read(kGolden);
+  const h5::Group all = f.open_group("perturb");
+  int compared = 0;
+  for (const std::string& name : all.children()) {
+    const h5::Group g = all.open_group(name);
+    const std::vector<double> attn = g.open_dataset("attn").read<double>();
+    const std::vector<int32_t> keep32 = g.open_dataset("keep").read<int32_t>();
+    const std::vector<int32_t> stage32 = g.open_dataset("stage1").read<int32_t>();
+    const Tensor v = read_tensor(g, "v"), wo = read_tensor(g, "wo");
+    const std::vector<double> nu1d = g.open_dataset("nu_l1").read<double>();
+    const std::vector<double> nu2d = g.open_dataset("nu_l2").read<double>();
+    const std::vector<double> ref = g.open_dataset("metrics").read<double>();
+    std::vector<char> keep(keep32.begin(), keep32.end()), stage1(stage32.begin(), stage32.end());
+    std::vector<float> nu1(nu1d.begin(), nu1d.end()), nu2(nu2d.begin(), nu2d.end());
+    HeadQueryInput in;
+    in.attn = attn;
+    in.keep = keep;
+    in.stage1 = stage1;
+    in.nu_l1 = nu1;
+    in.nu_l2 = nu2;
+    in.v = v.data();
+    in.wo = wo.data();
+    in.d_head = v.dim(1);
+    in.d_model = wo.dim(0);
+    in.n_head = wo.dim(1) / v.dim(1);
+    in.head = g.attr_int("head");
+    const int64_t c = g.attr_int("c");
+    for (int64_t i = 0; i < c; ++i) in.kept += keep[static_cast<size_t>(i)];
+    const MetricRow m = perturbation(in);
+    ASSERT_EQ(ref.size(), static_cast<size_t>(kMetricCount));
+    for (int k = 0; k < kMetricCount; ++k) {
+      // nu passes through float32 here (as value_norms gives it): 1e-5 relative, with an
+      // absolute floor of 3e-7 C for the bounds, which are differences of O(C) terms.
+      const double scale = std::max({std::abs(ref[static_cast<size_t>(k)]), 3e-2 * ref[kValueMass], 1e-12});
+      EXPECT_NEAR(m[static_cast<size_t>(k)], ref[static_cast<size_t>(k)], 1e-5 * scale)
+          << "case " << name << " metric " << kMetricNames[static_cast<size_t>(k)];
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, 40);
+}
+
+}  // namespace
+}  // namespace ckv
