@@ -16,8 +16,10 @@
 #include "core/error.h"
 #include "core/provenance.h"
 #include "core/sha256.h"
+#include "core/shard.h"
 #include "core/thread_pool.h"
 #include "io/dump_schema.h"
+#include "io/merge.h"
 #include "io/records.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -40,21 +42,10 @@ struct DumpOptions {
   int64_t window = 32;
   int64_t max_bytes = int64_t{4} << 30;
   std::string dtype = "f16";
+  std::string shard;  // --shard i/N; empty: Slurm array variables, else 0/1
   int compress = 0;
   bool force = false, resume = false, skip_bad = false, verbose = false;
 };
-
-// A file's sha256; for an HF directory, the sha256 of its sorted "sha256  name" manifest
-// (what `sha256sum *` prints), so any changed file changes it.
-std::string model_sha256(const std::filesystem::path& path) {
-  if (!std::filesystem::is_directory(path)) return sha256_file(path);
-  std::set<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(path))
-    if (e.is_regular_file()) names.insert(e.path().filename().string());
-  std::string manifest;
-  for (const std::string& name : names) manifest += sha256_file(path / name) + "  " + name + "\n";
-  return sha256_hex(manifest);
-}
 
 int64_t count_lines(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -207,7 +198,11 @@ void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
     // a refused --resume leaves it where it was.
     const std::filesystem::path partial = AtomicOutput::partial_path_for(o.out);
     const std::filesystem::path existing = std::filesystem::exists(partial) ? partial : std::filesystem::path(o.out);
-    if (std::filesystem::exists(existing)) check_resumable(h5::File::open_read(existing), sha, settings);
+    if (std::filesystem::exists(existing)) {
+      const h5::File f = h5::File::open_read(existing);
+      check_resumable(f, sha, settings);
+      check_same_shard(f, Shard::resolve(o.shard), existing);
+    }
   }
   AtomicOutput out(o.out, {.force = o.force, .resume = o.resume});
 
@@ -223,23 +218,30 @@ void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
   prov.set("input_sha256", input_file.empty() ? (o.input.prompt.empty() ? "" : sha256_hex(o.input.prompt))
                                               : sha256_file(input_file));
   prov.set("chat", o.input.chat);
+  // Shard identity and the size of the whole input: what `ckv merge` checks (lib/core/shard.h).
+  const Shard shard = Shard::resolve(o.shard);
+  const int64_t total = o.input_jsonl.empty() ? 1 : count_lines(o.input_jsonl);
+  prov.set("shard", shard.to_string());
+  prov.set("shard_index", shard.index);
+  prov.set("shard_count", shard.count);
+  prov.set("input_records", total);
 
   DumpFile dump = out.continuing() ? DumpFile::resume(out.partial_path(), sha, settings, prov.command_line)
                                    : DumpFile::create(out.partial_path(), prov, model, sha, settings);
   Forward forward(model, {.threads = g.resolved_threads()});
   ThreadPool pool(g.resolved_threads());
-  const int64_t total = o.input_jsonl.empty() ? 1 : count_lines(o.input_jsonl);
-  Progress progress("dump", total, "records", g.progress_mode());
+  Progress progress("dump", shard.size_of(total), "records", g.progress_mode());
   Run run{o, g, model, settings, dump, forward, pool, progress, dump.complete_records(), {}};
   run.window_given = window_given;
 
   try {
     if (o.input_jsonl.empty()) {
-      run.record(prompt_meta(o, model));
+      if (shard.contains(0)) run.record(prompt_meta(o, model));
     } else {
       if (!model.tokenizer) fail<InputError>("{}: --input needs a model with a tokenizer", model.source.path.string());
       RecordReader reader(o.input_jsonl, o.skip_bad);
-      while (std::optional<InputRecord> r = reader.next()) run.record(record_meta(o, model, *r));
+      while (std::optional<InputRecord> r = reader.next())
+        if (shard.contains(r->index)) run.record(record_meta(o, model, *r));
       for (const std::string& msg : reader.skipped()) fmt::print(stderr, "ckv: warning: skipped {}\n", msg);
     }
   } catch (...) {
@@ -282,6 +284,8 @@ void register_dump(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--dtype", o->dtype, "Storage type of tensors")->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
   cmd->add_option("--compress", o->compress, "gzip level (0: off)")->check(CLI::Range(0, 9))->capture_default_str();
+  cmd->add_option("--shard", o->shard,
+                  "Only records with index % N == i (i/N); default: SLURM_ARRAY_TASK_ID/COUNT when set");
   cmd->add_flag("--force", o->force, "Replace an existing output");
   cmd->add_flag("--resume", o->resume, "Continue an interrupted output, skipping complete records");
   cmd->add_flag("--skip-bad", o->skip_bad, "Skip malformed JSONL lines (with a warning) instead of stopping");

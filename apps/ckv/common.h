@@ -27,6 +27,8 @@ void add_model_options(CLI::App& cmd, GlobalOptions& g);
 void register_info(CLI::App& app, GlobalOptions& g);
 void register_forward(CLI::App& app, GlobalOptions& g);
 void register_dump(CLI::App& app, GlobalOptions& g);
+void register_niah(CLI::App& app, GlobalOptions& g);
+void register_merge(CLI::App& app, GlobalOptions& g);
 void register_bound(CLI::App& app, GlobalOptions& g);
 void register_check(CLI::App& app, GlobalOptions& g);
 

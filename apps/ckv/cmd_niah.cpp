@@ -1,0 +1,120 @@
+// ckv niah: RULER-style needle-in-a-haystack prompts as JSONL for `ckv dump --input`
+// (lib/data/niah.h, docs/NIAH.md).
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "common.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "data/niah.h"
+#include "io/gguf.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+
+namespace ckv::app {
+namespace {
+
+struct NiahCliOptions {
+  NiahOptions niah;
+  std::string haystack = "noise";
+  std::string value_type = "numbers";
+  std::string depths;
+  std::string out = "-";
+  bool force = false;
+};
+
+// The tokenizer alone (no weights): a .gguf file, a tokenizer.json, or an HF directory.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path) {
+  if (std::filesystem::is_directory(path)) return tokenizer_from_json(path / "tokenizer.json");
+  if (path.extension() == ".json") return tokenizer_from_json(path);
+  return tokenizer_from_gguf(GgufFile(path));
+}
+
+std::vector<double> parse_depths(const std::string& spec) {
+  std::vector<double> out;
+  std::stringstream ss(spec);
+  for (std::string item; std::getline(ss, item, ',');) {
+    size_t used = 0;
+    double d = -1;
+    try {
+      d = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || !(d >= 0 && d <= 1))
+      fail<InputError>("--depths: \"{}\" is not a number in [0, 1]", item);
+    out.push_back(d);
+  }
+  return out;
+}
+
+void run_niah(NiahCliOptions o, const GlobalOptions& g) {
+  std::string haystack = kNiahNoise;
+  if (o.haystack != "noise") {
+    std::ifstream in(o.haystack, std::ios::binary);
+    if (!in) fail<IoError>("{}: cannot open the haystack file", o.haystack);
+    haystack.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    o.niah.haystack_name = std::filesystem::path(o.haystack).filename().string();
+  }
+  o.niah.value_kind = o.value_type == "uuids" ? NiahValueKind::Uuids : NiahValueKind::Numbers;
+  if (!o.depths.empty()) o.niah.depths = parse_depths(o.depths);
+  const std::unique_ptr<Tokenizer> tok = load_tokenizer(g.model_path());
+
+  std::optional<AtomicOutput> out;
+  std::ofstream file;
+  if (o.out != "-") {
+    out.emplace(o.out, AtomicOutputOptions{.force = o.force});
+    file.open(out->partial_path(), std::ios::binary);
+    if (!file) fail<IoError>("{}: cannot be created", out->partial_path().string());
+  }
+  Progress progress("niah", o.niah.count, "prompts", g.progress_mode());
+  for (int64_t i = 0; i < o.niah.count; ++i) {
+    const std::string line = make_niah_record(o.niah, *tok, haystack, i).to_jsonl(o.niah) + "\n";
+    if (out) file << line;
+    else std::fwrite(line.data(), 1, line.size(), stdout);
+    progress.advance();
+  }
+  progress.finish();
+  if (out) {
+    file.close();
+    if (!file) fail<IoError>("{}: write failed", out->partial_path().string());
+    out->commit();
+  }
+}
+
+}  // namespace
+
+void register_niah(CLI::App& app, GlobalOptions& g) {
+  auto o = std::make_shared<NiahCliOptions>();
+  CLI::App* cmd = app.add_subcommand("niah", "Generate RULER-style needle-in-a-haystack prompts (JSONL)");
+  add_model_options(*cmd, g);
+  NiahOptions& n = o->niah;
+  cmd->add_option("--length", n.length, "Target prompt length in tokens of the model's tokenizer")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--count", n.count, "Number of prompts")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--seed", n.seed, "Random seed (same seed, same output on any machine)")->capture_default_str();
+  cmd->add_option("--haystack", o->haystack, "noise (built in) or a text file (essay haystack)")->capture_default_str();
+  cmd->add_option("--value-type", o->value_type, "Needle values")->check(CLI::IsMember({"numbers", "uuids"}))
+      ->capture_default_str();
+  cmd->add_option("--keys", n.keys, "Distinct keys in the haystack (others than the asked ones are distractor needles)")
+      ->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--values", n.values, "Values per key (multi-value)")->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--queries", n.queries, "Keys asked about (multi-query)")->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--depths", o->depths, "Depth grid of the first needle, e.g. 0,0.25,0.5,0.75,1 (record r uses "
+                  "entry r mod size); default: random depths");
+  cmd->add_option("--distractors", n.distractors, "Length-matched haystack spans per needle")
+      ->check(CLI::Range(0, 100))->capture_default_str();
+  cmd->add_option("--tolerance", n.tolerance, "Allowed relative length error")->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--id-prefix", n.id_prefix, "Record ids are <prefix>_<index>")->capture_default_str();
+  cmd->add_option("-o,--out", o->out, "Output JSONL (- for stdout)")->capture_default_str();
+  cmd->add_flag("--force", o->force, "Replace an existing output");
+  cmd->callback([o, &g] { run_niah(*o, g); });
+}
+
+}  // namespace ckv::app

@@ -1,0 +1,261 @@
+// ckv merge: the checks that shards belong together, and the copy into one file.
+#include "io/merge.h"
+
+#include <hdf5.h>
+
+#include <map>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/provenance.h"
+#include "core/sha256.h"
+#include "io/dump_schema.h"
+#include "io/h5.h"
+#include "io/records.h"
+
+namespace ckv {
+namespace fs = std::filesystem;
+namespace {
+
+// Root attributes that must be equal in every shard (command_line is compared separately).
+constexpr const char* kSameAttrs[] = {"schema",        "schema_version", "ckv_version", "git_commit",
+                                      "model_sha256",  "settings",       "input_sha256", "input_records",
+                                      "shard_count",   "chat",           "dtype"};
+
+std::string attr_text(const h5::Object& o, const char* name) {
+  if (!o.has_attr(name)) return "(absent)";
+  try {
+    return o.attr_string(name);
+  } catch (const Error&) {
+  }
+  try {
+    return std::to_string(o.attr_int(name));
+  } catch (const Error&) {
+  }
+  try {
+    return o.attr_bool(name) ? "true" : "false";
+  } catch (const Error&) {
+  }
+  return fmt::format("{}", o.attr_double(name));
+}
+
+// Copies every attribute of `src` onto `dst` whatever its type (HDF5 converts nothing:
+// the file type is read into memory as its native equivalent and written back).
+void copy_attrs(const h5::Object& src, h5::Object& dst) {
+  for (const std::string& name : src.attr_names()) {
+    h5::Handle a(H5Aopen(src.id(), name.c_str(), H5P_DEFAULT));
+    h5::Handle ftype(H5Aget_type(a.id()));
+    h5::Handle space(H5Aget_space(a.id()));
+    h5::Handle mtype(H5Tget_native_type(ftype.id(), H5T_DIR_DEFAULT));
+    if (!a.valid() || !ftype.valid() || !space.valid() || !mtype.valid())
+      fail<FormatError>("{}: cannot read attribute \"{}\"", src.where(), name);
+    const hssize_t n = H5Sget_simple_extent_npoints(space.id());
+    std::vector<char> buffer(static_cast<size_t>(std::max<hssize_t>(n, 1)) * H5Tget_size(mtype.id()));
+    if (H5Aread(a.id(), mtype.id(), buffer.data()) < 0)
+      fail<FormatError>("{}: cannot read attribute \"{}\"", src.where(), name);
+    if (dst.has_attr(name)) dst.remove_attr(name);
+    h5::Handle b(H5Acreate2(dst.id(), name.c_str(), ftype.id(), space.id(), H5P_DEFAULT, H5P_DEFAULT));
+    const bool ok = b.valid() && H5Awrite(b.id(), mtype.id(), buffer.data()) >= 0;
+    if (H5Tdetect_class(mtype.id(), H5T_VLEN) > 0 || H5Tis_variable_str(mtype.id()) > 0)
+      H5Dvlen_reclaim(mtype.id(), space.id(), H5P_DEFAULT, buffer.data());
+    if (!ok) fail<IoError>("{}: cannot write attribute \"{}\"", dst.where(), name);
+  }
+}
+
+void copy_object(const h5::File& src, const std::string& path, h5::File& dst) {
+  h5::Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
+  H5Pset_create_intermediate_group(lcpl.id(), 1);
+  if (H5Ocopy(src.id(), path.c_str(), dst.id(), path.c_str(), H5P_DEFAULT, lcpl.id()) < 0)
+    fail<IoError>("{}: cannot copy {} into {}", src.file_name(), path, dst.file_name());
+}
+
+struct ShardFile {
+  fs::path path;
+  h5::File file;
+  Shard shard;
+  std::map<int64_t, std::string> complete;  // record index -> id
+};
+
+// Index -> id of the input file, when it is still there with the hash the shards recorded.
+std::map<int64_t, std::string> input_ids(const h5::Object& root) {
+  std::map<int64_t, std::string> ids;
+  if (!root.has_attr("input_file") || !root.has_attr("input_sha256")) return ids;
+  const fs::path input = root.attr_string("input_file");
+  std::error_code ec;
+  if (input.empty() || !fs::is_regular_file(input, ec)) return ids;
+  try {
+    if (sha256_file(input) != root.attr_string("input_sha256")) return ids;
+    RecordReader reader(input, true);
+    while (std::optional<InputRecord> r = reader.next()) ids[r->index] = r->id;
+  } catch (const Error&) {
+    ids.clear();
+  }
+  return ids;
+}
+
+}  // namespace
+
+std::vector<std::string> split_shell_words(const std::string& s) {
+  std::vector<std::string> words;
+  std::string cur;
+  bool in_word = false;
+  char quote = 0;  // the open quote character, 0 outside quotes
+  for (const char c : s) {
+    if (quote != 0) {
+      if (c == quote) quote = 0;
+      else cur += c;
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+      in_word = true;
+    } else if (c == ' ') {
+      if (in_word) words.push_back(cur);
+      cur.clear();
+      in_word = false;
+    } else {
+      cur += c;
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(cur);
+  return words;
+}
+
+std::vector<std::string> shard_invariant_command(const std::string& command_line) {
+  static const std::set<std::string> with_value = {"--shard", "-o", "--out", "-t", "--threads"};
+  static const std::set<std::string> flags = {"--resume", "--force", "-q", "--quiet", "--progress",
+                                              "-v", "--verbose"};
+  const std::vector<std::string> words = split_shell_words(command_line);
+  std::vector<std::string> kept;
+  for (size_t i = 1; i < words.size(); ++i) {  // argv[0] is where the binary was, not what it did
+    const std::string& w = words[i];
+    if (with_value.count(w)) {
+      ++i;
+      continue;
+    }
+    const size_t eq = w.find('=');
+    if (flags.count(w) || (eq != std::string::npos && with_value.count(w.substr(0, eq)))) continue;
+    if (w.size() > 2 && (w.starts_with("-o") || w.starts_with("-t")) && w[1] != '-') continue;  // -oX
+    kept.push_back(w);
+  }
+  return kept;
+}
+
+Shard recorded_shard(const h5::Object& root) {
+  if (!root.has_attr("shard_index") || !root.has_attr("shard_count")) return {};
+  return {root.attr_int("shard_index"), root.attr_int("shard_count")};
+}
+
+void check_same_shard(const h5::Object& root, const Shard& shard, const fs::path& path) {
+  const Shard had = recorded_shard(root);
+  if (!(had == shard))
+    fail<InputError>("{}: written by shard {}, not {}: resume it with --shard {}", path.string(),
+                     had.to_string(), shard.to_string(), had.to_string());
+}
+
+MergeReport merge_dumps(const fs::path& out, const std::vector<fs::path>& paths, const MergeOptions& options) {
+  if (paths.empty()) fail<InputError>("ckv merge: no shard files given");
+  AtomicOutput output(out, {.force = options.force});
+  std::vector<ShardFile> shards;
+  for (const fs::path& p : paths) {
+    ShardFile s{p, h5::File::open_read(p), {}, {}};
+    check_dump_schema(s.file);
+    s.shard = recorded_shard(s.file);
+    shards.push_back(std::move(s));
+  }
+  const ShardFile& first = shards.front();
+  if (!first.file.has_attr("input_records"))
+    fail<InputError>("{}: has no input_records attribute (written before sharding support): cannot "
+                     "check that the shards are complete", first.path.string());
+  const std::vector<std::string> command = shard_invariant_command(first.file.attr_string("command_line"));
+  for (const ShardFile& s : shards) {
+    for (const char* name : kSameAttrs) {
+      if (attr_text(s.file, name) != attr_text(first.file, name))
+        fail<InputError>("{}: does not belong with {}: {} differs ({} vs {})", s.path.string(),
+                         first.path.string(), name, attr_text(s.file, name), attr_text(first.file, name));
+    }
+    const std::vector<std::string> c = shard_invariant_command(s.file.attr_string("command_line"));
+    if (c != command)
+      fail<InputError>("{}: does not belong with {}: the command differs (beyond shard and output flags): "
+                       "'{}' vs '{}'", s.path.string(), first.path.string(), fmt::join(c, " "),
+                       fmt::join(command, " "));
+  }
+
+  MergeReport report;
+  report.input_records = first.file.attr_int("input_records");
+  std::map<int64_t, std::vector<size_t>> holders;  // record index -> shards holding it complete
+  std::map<int64_t, std::string> id_of;
+  std::set<int64_t> seen_shards;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    ShardFile& s = shards[k];
+    seen_shards.insert(s.shard.index);
+    const std::set<std::string> complete = complete_dump_records(s.file);
+    if (!s.file.exists("records")) continue;
+    const h5::Group records = s.file.open_group("records");
+    for (const std::string& id : records.children()) {
+      if (!complete.count(id)) {
+        report.incomplete.push_back(fmt::format("{} in {}", id, s.path.string()));
+        continue;
+      }
+      const int64_t index = records.open_group(id).attr_int("index");
+      if (index < 0 || index >= report.input_records || !s.shard.contains(index))
+        fail<InputError>("{}: record \"{}\" has index {}, which is not in shard {} of {} records",
+                         s.path.string(), id, index, s.shard.to_string(), report.input_records);
+      s.complete[index] = id;
+      holders[index].push_back(k);
+      id_of[index] = id;
+    }
+  }
+  report.shards_seen.assign(seen_shards.begin(), seen_shards.end());
+  for (const auto& [index, where] : holders) {
+    if (where.size() < 2) continue;
+    std::vector<std::string> names;
+    for (size_t k : where) names.push_back(shards[k].path.string());
+    report.duplicates.push_back(fmt::format("{} (index {}, in {})", id_of[index], index, fmt::join(names, ", ")));
+  }
+  for (int64_t i = 0; i < report.input_records; ++i)
+    if (!holders.count(i)) report.missing.push_back(i);
+  if (!report.missing.empty()) {
+    const std::map<int64_t, std::string> ids = input_ids(first.file);
+    for (int64_t i : report.missing) {
+      auto it = ids.find(i);
+      report.missing_ids.push_back(it == ids.end() ? fmt::format("#{}", i) : it->second);
+    }
+  }
+  if (!report.duplicates.empty() || (!report.missing.empty() && !options.allow_missing)) return report;
+
+  h5::File dst = h5::File::create(output.partial_path());
+  copy_attrs(first.file, dst);
+  for (const char* drop : {"shard", "shard_index", "resumed"})
+    if (dst.has_attr(drop)) dst.remove_attr(drop);
+  nlohmann::json from = nlohmann::json::array();
+  for (const ShardFile& s : shards) {
+    nlohmann::json e = {{"file", s.path.string()}, {"shard", s.shard.to_string()},
+                        {"records", s.complete.size()}};
+    for (const char* key : {"command_line", "hostname", "created", "resumed"})
+      if (s.file.has_attr(key)) e[key] = s.file.attr_string(key);
+    from.push_back(std::move(e));
+  }
+  dst.set_attr_json("merged_from", from);
+  dst.set_attr_string("merge_command_line", options.command_line);
+  dst.set_attr_string("merged_at", iso8601_utc_now());
+  if (first.file.exists("model")) {
+    copy_object(first.file, "/model", dst);
+  }
+  dst.require_group("records");
+  for (const auto& [index, where] : holders) {
+    const ShardFile& s = shards[where.front()];
+    copy_object(s.file, "/records/" + s.complete.at(index), dst);
+    ++report.merged;
+  }
+  dst.close();
+  output.commit();
+  report.written = true;
+  return report;
+}
+
+}  // namespace ckv

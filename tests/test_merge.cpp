@@ -1,0 +1,148 @@
+// ckv merge (lib/io/merge.h) and `ckv dump --shard`: shards of a small batch on the default
+// model merged equal one single-process run of the same records; missing and duplicated
+// records and shards of another model or command are refused.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "io/h5.h"
+#include "io/merge.h"
+#include "test_dump_util.h"
+
+namespace ckv {
+namespace {
+
+using test::run_ckv;
+
+TEST(MergeCommand, DropsOnlyPerShardFlags) {
+  const auto a = shard_invariant_command("/a/ckv -q dump --input 'b c.jsonl' -o s0.h5 --shard 0/4 --layers 0-1 -t 2 --resume");
+  const auto b = shard_invariant_command("/b/ckv dump --input 'b c.jsonl' --out=s1.h5 --layers 0-1 --threads=8 --force -v");
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, (std::vector<std::string>{"dump", "--input", "b c.jsonl", "--layers", "0-1"}));
+  EXPECT_NE(a, shard_invariant_command("ckv dump --input 'b c.jsonl' --layers 0-2"));
+  EXPECT_EQ(split_shell_words("x 'it'\"'\"'s' ''"), (std::vector<std::string>{"x", "it's", ""}));
+}
+
+class MergeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = test::default_model_or_empty();
+    if (model_.empty()) GTEST_SKIP() << "default model not installed";
+    dir_ = test::scratch_dir("ckv_merge");
+    std::string lines;
+    for (int i = 0; i < 5; ++i)
+      lines += fmt::format("{{\"id\": \"r{}\", \"context\": \"Item {} is a {} stone. The sky is blue.\", "
+                           "\"question\": \" Which item?\", \"spans\": {{\"needle\": [[0, 6]]}}}}\n",
+                           i, i, i % 2 ? "red" : "green");
+    test::write_text(dir_ / "in.jsonl", lines);
+  }
+  // `ckv dump` over in.jsonl with the test's fixed settings and extra arguments.
+  test::RunResult dump(const std::string& out, const std::string& extra = "", const std::string& env = "") {
+    return run_ckv_env(env, fmt::format("-q dump -m {} --input {} -o {} --layers 0-1 -t 1 {}", model_,
+                                        (dir_ / "in.jsonl").string(), (dir_ / out).string(), extra));
+  }
+  test::RunResult merge(const std::string& args) {
+    std::string full = "merge";
+    for (const std::string& w : split_shell_words(args))
+      full += " " + (w.starts_with("-") ? w : (dir_ / w).string());
+    return run_ckv(full);
+  }
+  static test::RunResult run_ckv_env(const std::string& env, const std::string& args) {
+    // run_ckv prepends the binary; an environment goes through `env`.
+    return env.empty() ? run_ckv(args) : test::RunResult(runv("env " + env + " " + CKV_BINARY + " " + args));
+  }
+  static test::RunResult runv(const std::string& cmd) {
+    test::RunResult r;
+    FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
+    char buffer[4096];
+    size_t n = 0;
+    while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
+    const int status = ::pclose(pipe);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+  }
+  std::string model_;
+  std::filesystem::path dir_;
+};
+
+TEST_F(MergeTest, ShardsMergeToTheSingleRun) {
+  ASSERT_EQ(dump("full.h5").exit_code, 0);
+  auto r = dump("s0.h5", "--shard 0/2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = dump("s1.h5", "", "SLURM_ARRAY_TASK_ID=2 SLURM_ARRAY_TASK_MIN=1 SLURM_ARRAY_TASK_COUNT=2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  {
+    const auto s1 = h5::File::open_read(dir_ / "s1.h5");
+    EXPECT_EQ(s1.attr_string("shard"), "1/2");
+    EXPECT_EQ(s1.attr_int("input_records"), 5);
+    EXPECT_EQ(s1.open_group("records").children(), (std::vector<std::string>{"r1", "r3"}));
+  }
+  r = merge("merged.h5 s1.h5 s0.h5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  std::map<std::string, std::string> attrs_full, attrs_merged;
+  std::map<std::string, std::vector<double>> data_full, data_merged;
+  const auto full = h5::File::open_read(dir_ / "full.h5");
+  const auto merged = h5::File::open_read(dir_ / "merged.h5");
+  test::collect(full.open_group("records"), "", attrs_full, data_full);
+  test::collect(merged.open_group("records"), "", attrs_merged, data_merged);
+  EXPECT_EQ(attrs_full, attrs_merged);
+  EXPECT_EQ(data_full.size(), data_merged.size());
+  for (const auto& [path, values] : data_full) EXPECT_EQ(values, data_merged[path]) << path;
+  test::collect(full.open_group("model"), "", attrs_full, data_full);
+  std::map<std::string, std::string> model_merged;
+  test::collect(merged.open_group("model"), "", model_merged, data_merged);
+  for (const auto& [k, v] : model_merged) EXPECT_EQ(attrs_full[k], v) << k;
+  for (const char* key : {"schema", "model_sha256", "settings", "input_sha256"})
+    EXPECT_EQ(merged.attr_string(key), full.attr_string(key)) << key;
+  EXPECT_FALSE(merged.has_attr("shard_index"));
+  EXPECT_EQ(merged.attr_json("merged_from").size(), 2u);
+
+  // Resuming a shard under another shard identity is refused.
+  r = dump("s1.h5", "--shard 0/2 --resume");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("shard"), std::string::npos) << r.output;
+}
+
+TEST_F(MergeTest, MissingDuplicateAndForeignShardsAreRefused) {
+  ASSERT_EQ(dump("s0.h5", "--shard 0/2").exit_code, 0);
+  ASSERT_EQ(dump("s1.h5", "--shard 1/2").exit_code, 0);
+
+  auto r = merge("m.h5 s0.h5");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("2 of 5 input records missing"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("r1, r3"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "m.h5"));
+  r = merge("--allow-missing m.h5 s0.h5");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(h5::File::open_read(dir_ / "m.h5").open_group("records").children().size(), 3u);
+
+  r = merge("d.h5 s0.h5 s1.h5 s1.h5");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("more than one shard"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "d.h5"));
+
+  // Another command (an extra flag that changes nothing recorded in the settings).
+  ASSERT_EQ(dump("c1.h5", "--shard 1/2 --skip-bad").exit_code, 0);
+  r = merge("c.h5 s0.h5 c1.h5");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("command differs"), std::string::npos) << r.output;
+  // Other settings.
+  ASSERT_EQ(dump("l1.h5", "--shard 1/2 --heads 0-3").exit_code, 0);
+  r = merge("l.h5 s0.h5 l1.h5");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("settings differs"), std::string::npos) << r.output;
+  // Another model: the same file with another model hash.
+  std::filesystem::copy_file(dir_ / "s1.h5", dir_ / "x1.h5");
+  h5::File::open_rw(dir_ / "x1.h5").set_attr_string("model_sha256", std::string(64, '0'));
+  r = merge("x.h5 s0.h5 x1.h5");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("model_sha256 differs"), std::string::npos) << r.output;
+  // A shard of a different split.
+  ASSERT_EQ(dump("t1.h5", "--shard 1/3").exit_code, 0);
+  r = merge("t.h5 s0.h5 t1.h5");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("shard_count differs"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ckv
