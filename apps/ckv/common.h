@@ -27,6 +27,7 @@ void add_model_options(CLI::App& cmd, GlobalOptions& g);
 void register_info(CLI::App& app, GlobalOptions& g);
 void register_forward(CLI::App& app, GlobalOptions& g);
 void register_dump(CLI::App& app, GlobalOptions& g);
+void register_mask(CLI::App& app, GlobalOptions& g);
 void register_niah(CLI::App& app, GlobalOptions& g);
 void register_merge(CLI::App& app, GlobalOptions& g);
 void register_bound(CLI::App& app, GlobalOptions& g);

@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   register_info(app, g);
   register_forward(app, g);
   register_dump(app, g);
+  register_mask(app, g);
   register_niah(app, g);
   register_merge(app, g);
   register_bound(app, g);

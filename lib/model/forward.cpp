@@ -146,6 +146,12 @@ void Forward::attention_block(int64_t layer, const ForwardRequest& request, bool
   AttentionParams params;
   params.query_block = options_.query_block;
   if (auto it = request.mask.find(layer); it != request.mask.end()) params.mask = it->second;
+  std::vector<AttentionMaskSpan> layer_spans;  // the mask of this layer when a source extends it
+  if (request.layer_mask) {
+    layer_spans.assign(params.mask.begin(), params.mask.end());
+    request.layer_mask(layer, q_, k_, v_, layer_spans);
+    params.mask = layer_spans;
+  }
   if (record && !request.record.attn_rows.empty()) {
     params.prob_rows = request.record.attn_rows;
     params.probs = &probs_;

@@ -11,6 +11,7 @@
 //   req.mask[3].push_back({.kv_head = 1, .q_begin = 10, .q_end = seq, .keys = {0, 5}});
 //   ForwardResult res = fwd.run(tokens, req);   // res.logits [1, vocab] for the last row
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <vector>
@@ -38,6 +39,13 @@ struct ForwardRequest {
   // logits of (rows [q_begin, q_end), keys) for every query head of KV head kv_head.
   // Applied inside the blocked attention; nothing n x n is built.
   std::map<int64_t, std::vector<AttentionMaskSpan>> mask;
+  // Optional per-layer mask source, called once per layer after Q/K/V (post-RoPE; after
+  // on_qkv) and before attention, with that layer's entries of `mask` (a copy) to extend:
+  // what a compressor that selects from each layer's own keys needs (ckv mask --method).
+  // q: [n_head, seq, d_head], k, v: [n_kv_head, seq, d_head].
+  std::function<void(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
+                     std::vector<AttentionMaskSpan>& spans)>
+      layer_mask;
   std::vector<int64_t> logit_rows;  // [r_logits] rows whose logits are returned; empty = last
 };
 

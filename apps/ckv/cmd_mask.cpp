@@ -1,0 +1,412 @@
+// ckv mask: propagated eviction by -inf logit masking (MATH.md §2, §6; docs/MASK.md). One
+// unmasked forward pass and one masked pass per eviction (the target, then each placebo),
+// captured at the evaluation rows (the question, positions >= c) and compared layer by
+// layer; next-token KL, top-1 agreement, the gold answer's log-probability and a greedy
+// continuation under the same eviction at the end.
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "analysis/mask_metrics.h"
+#include "analysis/mask_plan.h"
+#include "analysis/placebo.h"
+#include "common.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/provenance.h"
+#include "core/sha256.h"
+#include "core/thread_pool.h"
+#include "io/dump_schema.h"
+#include "io/mask_schema.h"
+#include "io/records.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "prompt_input.h"
+
+namespace ckv::app {
+namespace {
+
+// The built-in example: evicting " Rome" (--span-name answer_evidence) should hurt.
+constexpr const char* kContext =
+    "The Eiffel Tower is in Paris. The Colosseum is in Rome. Big Ben is in London.";
+constexpr const char* kQuestion = " Question: In which city is the Colosseum? Answer:";
+constexpr const char* kAnswer = "Rome";
+
+struct MaskOptions {
+  PromptOptions input;
+  std::string input_jsonl, question, answer;
+  int64_t context_end = -1;  // with --tokens
+  std::string spans, span_name, selection_file, method, budget;
+  int64_t window = 32, kernel = 7;
+  std::string pool = "max";
+  std::string layers = "all", heads = "all";
+  int64_t sinks = 4, placebo = 0, generate = 0;
+  double match_tol = 0.25;
+  uint64_t seed = 0;
+  bool verify_physical = false, force = false, no_answer_space = false;
+  std::string out = "mask.h5", csv;
+};
+
+struct Prepared {
+  std::string id;
+  std::vector<int32_t> prompt;  // [prompt_len]
+  int64_t c = 0;
+  std::optional<std::string> answer;
+  NamedSpans spans;
+};
+
+bool contains_answer(std::string text, std::string answer) {
+  const auto lower = [](std::string& s) {
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  };
+  lower(text);
+  lower(answer);
+  const auto b = answer.find_first_not_of(" \t\n"), e = answer.find_last_not_of(" \t\n");
+  return b != std::string::npos && text.find(answer.substr(b, e - b + 1)) != std::string::npos;
+}
+
+class MaskJob {
+ public:
+  MaskJob(const MaskOptions& o, const Model& model, Forward& fwd, ThreadPool& pool)
+      : o_(o), model_(model), fwd_(fwd), pool_(pool) {}
+
+  MaskRecord run(const Prepared& p) {
+    const ModelConfig& cf = model_.config;
+    const auto prompt_len = static_cast<int64_t>(p.prompt.size());
+    const std::string who = fmt::format("record \"{}\"", p.id);
+    if (p.c >= prompt_len)
+      fail<InputError>("{}: no question after the context (c = {} of {} tokens): eviction only "
+                       "affects queries at positions >= c", who, p.c, prompt_len);
+    MaskRecord rec;
+    rec.id = p.id;
+    rec.c = p.c;
+    rec.prompt_len = prompt_len;
+    rec.answer = p.answer;
+    rec.tokens = p.prompt;
+    std::vector<int32_t> answer_ids;
+    if (p.answer && model_.tokenizer) {
+      const bool space = !o_.no_answer_space && !p.answer->empty() && !std::isspace(static_cast<unsigned char>(p.answer->front()));
+      answer_ids = model_.tokenizer->encode((space ? " " : "") + *p.answer, false);
+      rec.tokens.insert(rec.tokens.end(), answer_ids.begin(), answer_ids.end());
+    }
+    for (int64_t i = p.c; i < prompt_len; ++i) rec.eval_rows.push_back(i);
+    std::vector<int64_t> logit_rows;
+    for (int64_t i = prompt_len - 1; i < static_cast<int64_t>(rec.tokens.size()) - 1 || i == prompt_len - 1; ++i)
+      logit_rows.push_back(i);
+
+    // The unmasked run: the reference, nu, sink scores and Delta_theta weights.
+    MaskCapture full(cf, model_.weights, rec.eval_rows, p.c, nullptr, {.nu = true, .pool = &pool_});
+    ForwardRequest req = full.request();
+    req.logit_rows = logit_rows;
+    const ForwardResult full_out = fwd_.run(rec.tokens, req);
+    rec.sinks = sink_scores(full);
+    if (!answer_ids.empty()) rec.logp_answer_full = answer_logp(full_out, answer_ids);
+    if (o_.generate > 0) rec.generation_full = generate(p, EvictionPlan::none(cf.n_layer, cf.n_kv_head, p.c, prompt_len));
+
+    const std::vector<int64_t> layers = parse_index_list(o_.layers, cf.n_layer, "--layers");
+    const std::vector<int64_t> kv_heads = parse_index_list(o_.heads, cf.n_kv_head, "--heads");
+    MaskRun target;
+    target.name = "target";
+    method_.reset();
+    if (!o_.method.empty()) {
+      target.source = fmt::format("method {} budget {}", o_.method, o_.budget);
+      target.plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, p.c, prompt_len);
+      SelectionParams sp;
+      sp.window = o_.window;
+      sp.kernel = o_.kernel;
+      sp.pool = o_.pool == "avg" ? PoolKind::Avg : PoolKind::Max;
+      sp.sinks = o_.sinks;
+      method_ = MethodMask{.method = MethodSpec::parse(o_.method), .budget = parse_budget(o_.budget, p.c),
+                           .params = sp, .c = p.c, .eval_rows = rec.eval_rows, .layers = layers, .kv_heads = kv_heads};
+    } else if (!o_.selection_file.empty()) {
+      target.source = "selection-file " + o_.selection_file;
+      target.plan = plan_from_selection_file(o_.selection_file, p.c, prompt_len, layers, kv_heads, cf.n_layer, cf.n_kv_head);
+    } else {
+      if (!o_.spans.empty()) {
+        target.source = "spans " + o_.spans;
+        target.spans = parse_spans(o_.spans, "--spans");
+      } else {
+        target.source = "span-name " + o_.span_name;
+        target.spans = named_spans(p.spans, o_.span_name, who);
+      }
+      target.plan = plan_from_spans(target.spans, p.c, prompt_len, layers, kv_heads, cf.n_layer, cf.n_kv_head,
+                                    o_.spans.empty() ? fmt::format("{} span \"{}\"", who, o_.span_name) : "--spans");
+    }
+    measure(rec, full, full_out, answer_ids, logit_rows, target, o_.generate > 0);
+    rec.runs.push_back(std::move(target));
+
+    if (o_.placebo > 0) draw_and_run_placebos(rec, full, full_out, answer_ids, logit_rows, layers, kv_heads);
+    return rec;
+  }
+
+ private:
+  double answer_logp(const ForwardResult& out, const std::vector<int32_t>& answer) const {
+    double s = 0;
+    const int64_t vocab = model_.config.vocab;
+    for (size_t t = 0; t < answer.size(); ++t)
+      s += log_prob(out.logits.span().subspan(t * static_cast<size_t>(vocab), static_cast<size_t>(vocab)), answer[t]);
+    return s;
+  }
+
+  void measure(const MaskRecord& rec, const MaskCapture& full, const ForwardResult& full_out,
+               const std::vector<int32_t>& answer_ids, const std::vector<int64_t>& logit_rows, MaskRun& run,
+               bool gen) {
+    const ModelConfig& cf = model_.config;
+    MaskCapture masked(cf, model_.weights, rec.eval_rows, rec.c, &run.plan,
+                       {.verify_physical = o_.verify_physical, .pool = &pool_});
+    ForwardRequest req = masked.request();
+    req.logit_rows = logit_rows;
+    req.mask = run.plan.to_mask(static_cast<int64_t>(rec.tokens.size()));
+    // A method selects inside the pass, filling run.plan layer by layer before each layer's
+    // attention (and so before the capture reads it for that layer).
+    if (method_ && run.name == "target") req.layer_mask = method_mask_source(cf, model_.weights, *method_, &run.plan);
+    const ForwardResult out = fwd_.run(rec.tokens, req);
+    run.metrics = compare_runs(full, masked, run.plan, {.sinks = o_.sinks});
+    const auto vocab = static_cast<size_t>(cf.vocab);
+    run.next = next_token(full_out.logits.span().first(vocab), out.logits.span().first(vocab));
+    if (!answer_ids.empty()) run.logp_answer = answer_logp(out, answer_ids);
+    if (o_.verify_physical) {
+      run.physical_max_diff = masked.physical_max_diff;
+      run.physical_max_abs = masked.physical_max_abs;
+    }
+    if (gen) {
+      Prepared p{.id = rec.id, .prompt = std::vector<int32_t>(rec.tokens.begin(), rec.tokens.begin() + rec.prompt_len),
+                 .c = rec.c, .answer = rec.answer, .spans = {}};
+      run.generation = generate(p, run.plan);
+    }
+  }
+
+  // Greedy continuation: every step recomputes the whole sequence (no KV cache), with the
+  // generated rows masked like the question's.
+  Generation generate(const Prepared& p, const EvictionPlan& plan) {
+    Generation g;
+    std::vector<int32_t> seq = p.prompt;
+    const int32_t eos = model_.tokenizer ? model_.tokenizer->eos_id() : -1;
+    for (int64_t step = 0; step < o_.generate; ++step) {
+      ForwardRequest req;
+      req.mask = plan.to_mask(static_cast<int64_t>(seq.size()));
+      const ForwardResult out = fwd_.run(seq, req);
+      const auto row = out.logits.span();
+      const auto next = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+      if (next == eos) break;
+      g.tokens.push_back(next);
+      seq.push_back(next);
+    }
+    if (model_.tokenizer) g.text = model_.tokenizer->decode(g.tokens);
+    if (p.answer) g.has_answer = contains_answer(g.text, *p.answer);
+    return g;
+  }
+
+  void draw_and_run_placebos(MaskRecord& rec, const MaskCapture& full, const ForwardResult& full_out,
+                             const std::vector<int32_t>& answer_ids, const std::vector<int64_t>& logit_rows,
+                             const std::vector<int64_t>& layers, const std::vector<int64_t>& kv_heads) {
+    const MaskRun& target = rec.runs.front();
+    if (target.spans.empty())
+      fail<InputError>("--placebo: needs a span target (--spans or --span-name), not a selection file");
+    int64_t length = 0;
+    for (int64_t l = 0; l < target.plan.n_layer && length == 0; ++l)
+      for (int64_t g = 0; g < target.plan.n_kv_head && length == 0; ++g)
+        length = static_cast<int64_t>(target.plan.at(l, g).size());
+    const std::vector<double> w = delta_theta_weights(full, layers, kv_heads);
+    const PlaceboResult found = draw_placebos(w, {.length = length, .c = rec.c, .sinks = o_.sinks,
+                                                  .exclude = target.spans, .target = target.metrics.delta_theta_total,
+                                                  .tolerance = o_.match_tol, .count = o_.placebo, .seed = o_.seed});
+    rec.placebo = {{"requested", o_.placebo}, {"found", found.spans.size()}, {"candidates", found.candidates},
+                   {"searched", found.searched}, {"tolerance", o_.match_tol}, {"seed", o_.seed},
+                   {"best_ratio", found.best_ratio}, {"length", length}};
+    if (found.spans.empty())
+      fail<InputError>("record \"{}\": no placebo span of {} tokens within --match-tol {} of the target's "
+                       "Delta_theta ({} candidates searched, closest ratio {:.3f})", rec.id, length,
+                       o_.match_tol, found.searched, found.best_ratio);
+    const ModelConfig& cf = model_.config;
+    for (size_t k = 0; k < found.spans.size(); ++k) {
+      MaskRun run;
+      run.name = fmt::format("placebo{}", k);
+      run.source = "placebo";
+      run.spans = {found.spans[k].span};
+      run.ratio = found.spans[k].ratio;
+      run.plan = plan_from_spans(run.spans, rec.c, rec.prompt_len, layers, kv_heads, cf.n_layer, cf.n_kv_head, "placebo");
+      measure(rec, full, full_out, answer_ids, logit_rows, run, false);
+      rec.runs.push_back(std::move(run));
+    }
+  }
+
+  const MaskOptions& o_;
+  std::optional<MethodMask> method_;
+  const Model& model_;
+  Forward& fwd_;
+  ThreadPool& pool_;
+};
+
+void print_summary(const MaskRecord& r, bool verify) {
+  const MaskRun& t = r.runs.front();
+  const size_t n_placebo = r.runs.size() - 1;
+  fmt::print("record \"{}\": {} tokens, c = {}, {} evaluation rows, evicted {} (layer, KV head, position) entries\n",
+             r.id, r.tokens.size(), r.c, r.eval_rows.size(), t.plan.total_evicted());
+  fmt::print("{:>5} {:>12} {:>12} {:>10} {:>9} {:>9} {:>9} {:>11}{}\n", "layer", "resid_L1", "resid_L2",
+             "dtheta", "S_min", "sink_raw", "sink_corr", "sink_full", n_placebo ? "  placebo_L2" : "");
+  for (size_t l = 0; l < t.metrics.layers.size(); ++l) {
+    const LayerMaskMetrics& m = t.metrics.layers[l];
+    double dt = 0, smin = 1, sr = 0, sc = 0, sf = 0;
+    for (double x : m.delta_theta) dt += x;
+    for (double x : m.retained) smin = std::min(smin, x);
+    for (size_t i = 0; i < m.sink_raw.size(); ++i) {
+      sr += m.sink_raw[i] / static_cast<double>(m.sink_raw.size());
+      sc += m.sink_corrected[i] / static_cast<double>(m.sink_raw.size());
+      sf += m.sink_full[i] / static_cast<double>(m.sink_raw.size());
+    }
+    std::string placebo;
+    if (n_placebo) {
+      double p = 0;
+      for (size_t k = 1; k < r.runs.size(); ++k) p += r.runs[k].metrics.layers[l].resid_l2_mean();
+      placebo = fmt::format("  {:>11.4g}", p / static_cast<double>(n_placebo));
+    }
+    fmt::print("{:>5} {:>12.4g} {:>12.4g} {:>10.4g} {:>9.4f} {:>9.4f} {:>9.4f} {:>11.4f}{}\n", l,
+               m.resid_l1_mean(), m.resid_l2_mean(), dt, smin, sr, sc, sf, placebo);
+  }
+  for (const MaskRun& run : r.runs) {
+    fmt::print("{:>9}: KL(full||masked) {:.4g}, top-1 {}", run.name, run.next.kl, run.next.top1_agree ? "agrees" : "differs");
+    if (run.logp_answer) fmt::print(", log p(answer) {:.4f} (full {:.4f})", *run.logp_answer, *r.logp_answer_full);
+    if (run.ratio) fmt::print(", Delta_theta ratio {:.3f}", *run.ratio);
+    if (verify && run.physical_max_diff)
+      fmt::print(", physical check max |diff| {:.3g} (outputs up to {:.3g})", *run.physical_max_diff, *run.physical_max_abs);
+    fmt::print("\n");
+    if (run.generation)
+      fmt::print("{:>9}  generation: \"{}\"{}\n", "", run.generation->text,
+                 run.generation->has_answer ? (*run.generation->has_answer ? " (contains the answer)" : " (no answer)") : "");
+  }
+  if (r.generation_full)
+    fmt::print("{:>9}  generation: \"{}\"{}\n", "full", r.generation_full->text,
+               r.generation_full->has_answer ? (*r.generation_full->has_answer ? " (contains the answer)" : " (no answer)") : "");
+  std::fflush(stdout);
+}
+
+Prepared prepare_prompt(const MaskOptions& o, const Model& model) {
+  Prepared p;
+  p.id = "0";
+  if (!o.input.tokens_file.empty()) {
+    p.prompt = prompt_tokens(o.input, model, kContext);
+    if (o.context_end < 0) fail<InputError>("--tokens: give --context-end C (positions >= C are the question)");
+    p.c = o.context_end;
+    if (!o.answer.empty()) p.answer = o.answer;
+    return p;
+  }
+  if (!model.tokenizer) fail<InputError>("{}: the model has no tokenizer: use --tokens", model.source.path.string());
+  const bool builtin = o.input.prompt.empty() && o.input.prompt_file.empty();
+  std::string context = builtin ? kContext : o.input.prompt;
+  if (!o.input.prompt_file.empty()) {
+    std::ifstream in(o.input.prompt_file, std::ios::binary);
+    if (!in) fail<IoError>("{}: cannot read the prompt file", o.input.prompt_file);
+    context.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  InputRecord r;
+  r.id = "0";
+  r.context = context;
+  r.question = !o.question.empty() ? o.question : builtin ? kQuestion : "";
+  if (!o.answer.empty() || builtin) r.answer = !o.answer.empty() ? o.answer : kAnswer;
+  if (builtin) r.spans["answer_evidence"] = {{static_cast<int64_t>(std::string(kContext).find(" Rome")),
+                                              static_cast<int64_t>(std::string(kContext).find(" Rome") + 5)}};
+  RecordPrompt rp = tokenize_record(r, *model.tokenizer, o.input.chat);
+  return {.id = r.id, .prompt = std::move(rp.tokens), .c = rp.context_end, .answer = r.answer,
+          .spans = std::move(rp.token_spans)};
+}
+
+void run_mask(const MaskOptions& o, const GlobalOptions& g) {
+  if (g.device != "cpu") fail<UnsupportedError>("--device {}: mask runs on cpu for now", g.device);
+  const int sources = !o.spans.empty() + !o.span_name.empty() + !o.selection_file.empty() + !o.method.empty();
+  if (sources != 1)
+    fail<InputError>("mask: give exactly one of --spans, --span-name, --selection-file, --method");
+  if (o.method.empty() != o.budget.empty()) fail<InputError>("mask: --method and --budget go together");
+  if (!o.force) AtomicOutput(o.out, {});
+  Model model = load_model(g.model_path());
+  AtomicOutput out(o.out, {.force = o.force});
+  Provenance prov = Provenance::capture(g.argc, g.argv, g.resolved_threads(), g.device);
+  prov.set("model_path", model.source.path.string());
+  prov.set("input_file", o.input_jsonl);
+  nlohmann::json settings = {{"spans", o.spans}, {"span_name", o.span_name}, {"selection_file", o.selection_file}, {"method", o.method}, {"budget", o.budget},
+                             {"layers", o.layers}, {"heads", o.heads}, {"sinks", o.sinks}, {"placebo", o.placebo},
+                             {"match_tol", o.match_tol}, {"seed", o.seed}, {"generate", o.generate},
+                             {"verify_physical", o.verify_physical}};
+  MaskFile file = MaskFile::create(out.partial_path(), prov, settings);
+  std::ofstream csv;
+  if (!o.csv.empty()) {
+    csv.open(o.csv, std::ios::binary | std::ios::trunc);
+    if (!csv) fail<IoError>("{}: cannot write the CSV", o.csv);
+    write_mask_csv_header(csv);
+  }
+  Forward fwd(model, {.threads = g.resolved_threads()});
+  ThreadPool pool(g.resolved_threads());
+  MaskJob job(o, model, fwd, pool);
+  const auto handle = [&](const Prepared& p) {
+    MaskRecord rec = job.run(p);
+    file.write_record(rec);
+    if (csv.is_open()) write_mask_csv(csv, rec);
+    if (!g.quiet) print_summary(rec, o.verify_physical);
+  };
+  try {
+    if (o.input_jsonl.empty()) {
+      handle(prepare_prompt(o, model));
+    } else {
+      if (!model.tokenizer) fail<InputError>("{}: --input needs a model with a tokenizer", model.source.path.string());
+      RecordReader reader(o.input_jsonl);
+      while (std::optional<InputRecord> r = reader.next()) {
+        RecordPrompt rp = tokenize_record(*r, *model.tokenizer, o.input.chat);
+        handle({.id = r->id, .prompt = std::move(rp.tokens), .c = rp.context_end, .answer = r->answer,
+                .spans = std::move(rp.token_spans)});
+      }
+    }
+  } catch (...) {
+    // No --resume for mask: a failed run leaves no partial file behind.
+    file.close();
+    std::filesystem::remove(out.partial_path());
+    throw;
+  }
+  file.close();
+  out.commit();
+  if (csv.is_open() && !csv.flush()) fail<IoError>("{}: write failed", o.csv);
+}
+
+}  // namespace
+
+void register_mask(CLI::App& app, GlobalOptions& g) {
+  auto o = std::make_shared<MaskOptions>();
+  CLI::App* cmd = app.add_subcommand("mask", "Propagated eviction by -inf logit masking, with placebo spans");
+  add_model_options(*cmd, g);
+  add_prompt_options(*cmd, o->input);
+  auto* input = cmd->add_option("-i,--input", o->input_jsonl, "JSONL batch: {id, context, question, answer, spans}");
+  for (const char* other : {"--prompt", "--prompt-file", "--tokens"}) input->excludes(cmd->get_option(other));
+  cmd->add_option("--question", o->question, "Question text after --prompt (positions >= c)");
+  cmd->add_option("--answer", o->answer, "Gold answer: its log-probability is reported");
+  cmd->add_option("--context-end", o->context_end, "With --tokens: the context end c");
+  cmd->add_option("--spans", o->spans, "Evict token spans of the context: start-end half-open (120-140,300-310)");
+  cmd->add_option("--span-name", o->span_name, "Evict the record's named span (needle)");
+  cmd->add_option("--selection-file", o->selection_file, "Evict per a selection JSON (docs/MASK.md)");
+  cmd->add_option("--method", o->method, "Evict by a selection method run in the pass: attn, snapkv, h2o, "
+                  "streaming, adakv(X), criticalkv(X)");
+  cmd->add_option("--budget", o->budget, "Kept entries per KV head with --method: a fraction (0.2) or a count");
+  cmd->add_option("--window", o->window, "snapkv observation window")->capture_default_str();
+  cmd->add_option("--kernel", o->kernel, "snapkv pooling kernel")->capture_default_str();
+  cmd->add_option("--pool", o->pool, "snapkv pooling")->check(CLI::IsMember({"max", "avg"}))->capture_default_str();
+  cmd->add_option("--layers", o->layers, "Layers to mask: all, or indices and ranges (0-3,10)")->capture_default_str();
+  cmd->add_option("--heads", o->heads, "KV heads to mask: all, or indices and ranges")->capture_default_str();
+  cmd->add_option("--sinks", o->sinks, "Sink positions [0, sinks)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--placebo", o->placebo, "Control spans matched on length and Delta_theta")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--match-tol", o->match_tol, "Accepted |Delta_theta ratio - 1| of a placebo")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Placebo seed (same spans on every machine)")->capture_default_str();
+  cmd->add_option("--generate", o->generate, "Greedy continuation of N tokens under the eviction")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_flag("--verify-physical", o->verify_physical,
+                "Recompute every evaluation row over physically reduced K/V and report the largest difference");
+  cmd->add_flag("--no-answer-space", o->no_answer_space, "Do not prefix the answer with a space before tokenising");
+  cmd->add_option("-o,--out", o->out, "Output HDF5 file")->capture_default_str();
+  cmd->add_option("--csv", o->csv, "Tidy CSV of every measurement");
+  cmd->add_flag("--force", o->force, "Replace an existing output");
+  cmd->callback([o, &g] { run_mask(*o, g); });
+}
+
+}  // namespace ckv::app

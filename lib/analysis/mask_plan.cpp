@@ -1,0 +1,270 @@
+#include "analysis/mask_plan.h"
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/bound_layer.h"
+#include "analysis/value_norms.h"
+#include "core/error.h"
+
+namespace ckv {
+
+namespace {
+
+int64_t parse_position(std::string_view s, std::string_view option, std::string_view item) {
+  int64_t v = 0;
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || v < 0)
+    fail<InputError>("{}: '{}' is not a position or a start-end range", option, item);
+  return v;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  return s;
+}
+
+void check_lists(const std::vector<int64_t>& layers, const std::vector<int64_t>& kv_heads,
+                 int64_t n_layer, int64_t n_kv_head) {
+  if (layers.empty()) fail<InputError>("--layers: no layer selected");
+  if (kv_heads.empty()) fail<InputError>("--heads: no KV head selected");
+  for (int64_t l : layers)
+    if (l < 0 || l >= n_layer) fail<InputError>("--layers: layer {} outside the model's {}", l, n_layer);
+  for (int64_t g : kv_heads)
+    if (g < 0 || g >= n_kv_head)
+      fail<InputError>("--heads: KV head {} outside the model's {}", g, n_kv_head);
+}
+
+}  // namespace
+
+EvictionPlan EvictionPlan::none(int64_t n_layer, int64_t n_kv_head, int64_t c, int64_t seq) {
+  EvictionPlan p;
+  p.n_layer = n_layer;
+  p.n_kv_head = n_kv_head;
+  p.c = c;
+  p.seq = seq;
+  p.evicted.assign(static_cast<size_t>(n_layer),
+                   std::vector<std::vector<int64_t>>(static_cast<size_t>(n_kv_head)));
+  return p;
+}
+
+bool EvictionPlan::empty() const { return total_evicted() == 0; }
+
+int64_t EvictionPlan::total_evicted() const {
+  int64_t n = 0;
+  for (const auto& layer : evicted)
+    for (const auto& head : layer) n += static_cast<int64_t>(head.size());
+  return n;
+}
+
+std::vector<char> EvictionPlan::evicted_flags(int64_t layer, int64_t kv_head) const {
+  std::vector<char> flags(static_cast<size_t>(c), 0);
+  for (int64_t i : at(layer, kv_head)) flags[static_cast<size_t>(i)] = 1;
+  return flags;
+}
+
+std::map<int64_t, std::vector<AttentionMaskSpan>> EvictionPlan::to_mask(int64_t q_end) const {
+  std::map<int64_t, std::vector<AttentionMaskSpan>> mask;
+  if (q_end <= c) return mask;  // no query row after the context: nothing to evict from
+  for (int64_t l = 0; l < n_layer; ++l)
+    for (int64_t g = 0; g < n_kv_head; ++g)
+      if (!at(l, g).empty())
+        mask[l].push_back({.kv_head = g, .q_begin = c, .q_end = q_end, .keys = at(l, g)});
+  return mask;
+}
+
+std::vector<SpanRange> parse_spans(std::string_view text, std::string_view option) {
+  std::vector<SpanRange> spans;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string_view item = trim(text.substr(pos, comma - pos));
+    pos = comma + 1;
+    if (item.empty()) fail<InputError>("{}: empty item in '{}'", option, text);
+    const size_t dash = item.find('-');
+    SpanRange r;
+    if (dash == std::string_view::npos) {
+      r.start = parse_position(item, option, item);
+      r.end = r.start + 1;
+    } else {
+      r.start = parse_position(trim(item.substr(0, dash)), option, item);
+      r.end = parse_position(trim(item.substr(dash + 1)), option, item);
+      if (r.end <= r.start)
+        fail<InputError>("{}: span '{}' is empty (start-end is half-open: end must exceed start)",
+                         option, item);
+    }
+    spans.push_back(r);
+  }
+  return spans;
+}
+
+void check_spans(const std::vector<SpanRange>& spans, int64_t c, int64_t seq, std::string_view what) {
+  if (spans.empty()) fail<InputError>("{}: no span to evict", what);
+  if (c >= seq)
+    fail<InputError>("{}: the prompt has no question (context end c = {} = its length): "
+                     "eviction only affects queries at positions >= c", what, c);
+  for (const SpanRange& s : spans) {
+    if (s.end <= s.start) fail<InputError>("{}: span {}-{} is empty", what, s.start, s.end);
+    if (s.start < 0 || s.end > c)
+      fail<InputError>("{}: span {}-{} is not inside the context [0, {}){}", what, s.start, s.end,
+                       c, s.end > c && s.end <= seq ? " (it overlaps the question, which is never evicted)"
+                          : s.end > seq ? fmt::format(" (the prompt has {} tokens)", seq) : "");
+  }
+}
+
+EvictionPlan plan_from_spans(const std::vector<SpanRange>& spans, int64_t c, int64_t seq,
+                             const std::vector<int64_t>& layers, const std::vector<int64_t>& kv_heads,
+                             int64_t n_layer, int64_t n_kv_head, std::string_view what) {
+  check_spans(spans, c, seq, what);
+  check_lists(layers, kv_heads, n_layer, n_kv_head);
+  std::vector<char> flags(static_cast<size_t>(c), 0);
+  for (const SpanRange& s : spans)
+    for (int64_t i = s.start; i < s.end; ++i) flags[static_cast<size_t>(i)] = 1;
+  std::vector<int64_t> positions;
+  for (int64_t i = 0; i < c; ++i)
+    if (flags[static_cast<size_t>(i)]) positions.push_back(i);
+  EvictionPlan plan = EvictionPlan::none(n_layer, n_kv_head, c, seq);
+  for (int64_t l : layers)
+    for (int64_t g : kv_heads) plan.at(l, g) = positions;
+  return plan;
+}
+
+std::vector<SpanRange> named_spans(const NamedSpans& spans, std::string_view name, std::string_view record) {
+  const auto it = spans.find(std::string(name));
+  if (it == spans.end()) {
+    std::string known;
+    for (const auto& [k, v] : spans) known += (known.empty() ? "" : ", ") + k;
+    fail<InputError>("{}: no span named \"{}\" (the record has: {})", record, name,
+                     known.empty() ? "none" : known);
+  }
+  if (it->second.empty()) fail<InputError>("{}: span \"{}\" has no range", record, name);
+  return it->second;
+}
+
+std::vector<int64_t> complement(const std::vector<int64_t>& kept, int64_t c) {
+  std::vector<char> keep(static_cast<size_t>(c), 0);
+  for (int64_t i : kept)
+    if (i >= 0 && i < c) keep[static_cast<size_t>(i)] = 1;
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < c; ++i)
+    if (!keep[static_cast<size_t>(i)]) out.push_back(i);
+  return out;
+}
+
+EvictionPlan plan_from_selection_file(const std::filesystem::path& path, int64_t c, int64_t seq,
+                                      const std::vector<int64_t>& layers,
+                                      const std::vector<int64_t>& kv_heads, int64_t n_layer,
+                                      int64_t n_kv_head) {
+  const std::string f = path.string();
+  check_lists(layers, kv_heads, n_layer, n_kv_head);
+  if (c >= seq) fail<InputError>("{}: the prompt has no question (c = {} = its length)", f, c);
+  std::ifstream in(path);
+  if (!in) fail<IoError>("{}: cannot open the selection file", f);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail<InputError>("{}: not valid JSON ({})", f, e.what());
+  }
+  if (!j.is_object() || !j.contains("layers") || !j["layers"].is_object())
+    fail<InputError>("{}: expected an object with \"layers\": {{\"<layer>\": {{\"kept\"|\"evicted\": [[...], ...]}}}}", f);
+  if (j.contains("c") && (!j["c"].is_number_integer() || j["c"].get<int64_t>() != c))
+    fail<InputError>("{}: selection made for c = {}, the prompt's context ends at {}", f, j["c"].dump(), c);
+  EvictionPlan plan = EvictionPlan::none(n_layer, n_kv_head, c, seq);
+  const auto wanted = [](const std::vector<int64_t>& list, int64_t x) {
+    return std::find(list.begin(), list.end(), x) != list.end();
+  };
+  for (const auto& [key, entry] : j["layers"].items()) {
+    int64_t l = -1;
+    const auto [p, ec] = std::from_chars(key.data(), key.data() + key.size(), l);
+    if (ec != std::errc() || p != key.data() + key.size() || l < 0 || l >= n_layer)
+      fail<InputError>("{}: layer \"{}\" is not a layer index below {}", f, key, n_layer);
+    const bool kept = entry.is_object() && entry.contains("kept");
+    const char* field = kept ? "kept" : "evicted";
+    if (!entry.is_object() || entry.contains("kept") == entry.contains("evicted") ||
+        !entry[field].is_array())
+      fail<InputError>("{}: layer {}: expected exactly one of \"kept\" or \"evicted\", a list per KV head", f, l);
+    const auto& heads = entry[field];
+    if (static_cast<int64_t>(heads.size()) != n_kv_head)
+      fail<InputError>("{}: layer {}: {} lists, the model has {} KV heads", f, l, heads.size(), n_kv_head);
+    for (int64_t g = 0; g < n_kv_head; ++g) {
+      std::vector<int64_t> positions;
+      for (const auto& x : heads[static_cast<size_t>(g)]) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= c)
+          fail<InputError>("{}: layer {} KV head {}: position {} outside the context [0, {})", f,
+                           l, g, x.dump(), c);
+        positions.push_back(x.get<int64_t>());
+      }
+      if (kept && positions.empty())
+        fail<InputError>("{}: layer {} KV head {}: keeps nothing of the context", f, l, g);
+      if (!wanted(layers, l) || !wanted(kv_heads, g)) continue;
+      plan.at(l, g) = kept ? complement(positions, c) : complement(complement(positions, c), c);
+    }
+  }
+  if (plan.empty()) fail<InputError>("{}: the selection evicts nothing in the chosen layers and heads", f);
+  return plan;
+}
+
+}  // namespace ckv
+
+// --- --method/--budget ------------------------------------------------------------------
+
+namespace ckv {
+
+int64_t parse_budget(std::string_view text, int64_t c) {
+  double v = 0;
+  try {
+    size_t used = 0;
+    v = std::stod(std::string(text), &used);
+    if (used != text.size()) throw std::invalid_argument("trailing");
+  } catch (const std::exception&) {
+    fail<InputError>("--budget: '{}' is neither a fraction (0.2) nor a count (100)", text);
+  }
+  if (!(v > 0)) fail<InputError>("--budget {}: keeps nothing of the context", text);
+  const int64_t b = v < 1 ? budget_from_fraction(c, v) : static_cast<int64_t>(v);
+  if (v >= 1 && static_cast<double>(b) != v) fail<InputError>("--budget {}: a count must be an integer", text);
+  if (b >= c) fail<InputError>("--budget {}: keeps all {} context entries, nothing to evict", text, c);
+  return b;
+}
+
+std::function<void(int64_t, const Tensor&, const Tensor&, const Tensor&, std::vector<AttentionMaskSpan>&)>
+method_mask_source(const ModelConfig& config, const ModelWeights& weights, const MethodMask& req,
+                   EvictionPlan* plan) {
+  const MethodSpec::Kind leaf = req.method.leaf().kind;
+  if (leaf == MethodSpec::Kind::File || leaf == MethodSpec::Kind::Oracle)
+    fail<InputError>("--method {}: not available inside a forward pass (use --selection-file)", req.method.name());
+  if (req.budget <= 0) fail<InputError>("--budget: keeps nothing of the context");
+  if (req.budget >= req.c) fail<InputError>("--budget {}: keeps the whole context of {}", req.budget, req.c);
+  check_lists(req.layers, req.kv_heads, config.n_layer, config.n_kv_head);
+  if (plan == nullptr || plan->n_layer != config.n_layer || plan->c != req.c)
+    fail<InputError>("method mask: the plan does not match the model");
+  return [&config, &weights, req, plan](int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        std::vector<AttentionMaskSpan>& spans) {
+    if (std::find(req.layers.begin(), req.layers.end(), layer) == req.layers.end()) return;
+    const Tensor& wo = weights.layers[static_cast<size_t>(layer)].wo;  // [d_model, n_head*d_head]
+    const ValueNorms nu = value_norms(v, wo, config.n_head, {}, {.l1 = true, .l2 = false});
+    const LayerTensors t{.q = &q, .k = &k, .v = &v, .wo = &wo, .nu_l1 = &nu.l1, .nu_l2 = nullptr};
+    LayerRequest lr;
+    lr.methods = {req.method};
+    lr.budgets = {req.budget};
+    lr.params = req.params;
+    lr.c = req.c;
+    lr.eval_rows = req.eval_rows;
+    const MethodSpec::Kind kind = req.method.leaf().kind;
+    const SelectionInputs in = selection_inputs(t, lr, kind == MethodSpec::Kind::SnapKV, kind == MethodSpec::Kind::H2O);
+    const Selection sel = select(req.method, in, req.budget, req.params);
+    const int64_t seq = k.dim(1);
+    for (int64_t g : req.kv_heads) {
+      std::vector<int64_t> evicted = complement(sel.kept[static_cast<size_t>(g)], req.c);
+      plan->at(layer, g) = evicted;
+      if (!evicted.empty())
+        spans.push_back({.kv_head = g, .q_begin = req.c, .q_end = seq, .keys = std::move(evicted)});
+    }
+  };
+}
+
+}  // namespace ckv

@@ -1,0 +1,74 @@
+#pragma once
+// The outputs of `ckv mask` (schema "ckv.mask", version 1; docs/MASK.md documents every
+// object): one HDF5 file with a group per record and, inside it, a group per run (the
+// target eviction and each placebo), plus a tidy CSV (one measurement per line).
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/mask_metrics.h"
+#include "analysis/mask_plan.h"
+#include "io/h5.h"
+#include "io/records.h"
+
+namespace ckv {
+
+struct Provenance;
+
+inline constexpr const char* kMaskSchema = "ckv.mask";
+inline constexpr int64_t kMaskSchemaVersion = 1;
+
+struct Generation {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::optional<bool> has_answer;  // set when the record has an answer
+};
+
+// One masked run against the record's unmasked one.
+struct MaskRun {
+  std::string name;                // "target", "placebo0", ...
+  std::string source;              // how the eviction was chosen ("spans", "span-name needle", ...)
+  std::vector<SpanRange> spans;    // the evicted ranges when the source is spans
+  EvictionPlan plan;
+  RunMetrics metrics;
+  NextToken next;
+  std::optional<double> logp_answer;  // Σ log p(answer tokens), masked
+  std::optional<double> physical_max_diff, physical_max_abs;  // --verify-physical
+  std::optional<double> ratio;        // placebo: Delta_theta / target's
+  std::optional<Generation> generation;
+};
+
+struct MaskRecord {
+  std::string id;
+  std::vector<int32_t> tokens;     // [seq] prompt (+ answer tokens when scored)
+  int64_t c = 0, prompt_len = 0;   // context end; prompt length (next-token row = prompt_len-1)
+  std::vector<int64_t> eval_rows;  // [n_eval]
+  std::optional<std::string> answer;
+  std::optional<double> logp_answer_full;
+  std::optional<Generation> generation_full;
+  SinkScores sinks;                // of the unmasked run
+  nlohmann::json placebo;          // {requested, found, candidates, searched, tolerance, seed, best_ratio}
+  std::vector<MaskRun> runs;
+};
+
+class MaskFile {
+ public:
+  static MaskFile create(const std::filesystem::path& path, const Provenance& prov,
+                         const nlohmann::json& settings);
+  void write_record(const MaskRecord& record);
+  void close() { file_.close(); }
+
+ private:
+  h5::File file_;
+};
+
+// Tidy CSV: record,run,layer,head,position,metric,value (head/position -1 when the value
+// is not per head / per position; layer -1 for end-of-model values).
+void write_mask_csv_header(std::ostream& out);
+void write_mask_csv(std::ostream& out, const MaskRecord& record);
+
+}  // namespace ckv

@@ -1,0 +1,151 @@
+// Bad input to ckv mask: spans outside the context or over the question, unknown span
+// names, malformed or empty selections: each is one clear error (library and CLI).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "analysis/mask_plan.h"
+#include "core/error.h"
+#include "io/h5.h"
+#include "test_dump_util.h"
+
+namespace ckv {
+namespace {
+
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+#define EXPECT_ERROR(expr, needle) EXPECT_NE(error_of([&] { expr; }).find(needle), std::string::npos) << error_of([&] { expr; })
+
+TEST(MaskPlan, ParsesSpans) {
+  const std::vector<SpanRange> s = parse_spans("120-140, 300-310,7", "--spans");
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0], (SpanRange{120, 140}));
+  EXPECT_EQ(s[1], (SpanRange{300, 310}));
+  EXPECT_EQ(s[2], (SpanRange{7, 8}));
+  EXPECT_ERROR(parse_spans("5-3", "--spans"), "empty");
+  EXPECT_ERROR(parse_spans("a-b", "--spans"), "'a-b'");
+  EXPECT_ERROR(parse_spans("1-2,", "--spans"), "empty item");
+  EXPECT_ERROR(parse_spans("-3", "--spans"), "--spans");
+}
+
+TEST(MaskPlan, SpansMustStayInTheContext) {
+  const std::vector<int64_t> layers = {0, 1}, heads = {0, 1};
+  EXPECT_ERROR(plan_from_spans({{10, 25}}, 20, 30, layers, heads, 2, 2, "--spans"), "overlaps the question");
+  EXPECT_ERROR(plan_from_spans({{10, 45}}, 20, 30, layers, heads, 2, 2, "--spans"), "30 tokens");
+  EXPECT_ERROR(plan_from_spans({}, 20, 30, layers, heads, 2, 2, "--spans"), "no span");
+  EXPECT_ERROR(plan_from_spans({{1, 2}}, 30, 30, layers, heads, 2, 2, "--spans"), "no question");
+  EXPECT_ERROR(plan_from_spans({{1, 2}}, 20, 30, {5}, heads, 2, 2, "--spans"), "layer 5");
+  EXPECT_ERROR(plan_from_spans({{1, 2}}, 20, 30, layers, {}, 2, 2, "--spans"), "no KV head");
+  const EvictionPlan p = plan_from_spans({{2, 5}, {4, 7}}, 20, 30, {1}, {0}, 2, 2, "--spans");
+  EXPECT_EQ(p.at(1, 0), (std::vector<int64_t>{2, 3, 4, 5, 6}));
+  EXPECT_TRUE(p.at(0, 0).empty());
+  EXPECT_TRUE(p.at(1, 1).empty());
+  const auto mask = p.to_mask(30);
+  ASSERT_EQ(mask.size(), 1u);
+  EXPECT_EQ(mask.at(1)[0].q_begin, 20);
+  EXPECT_EQ(mask.at(1)[0].q_end, 30);
+}
+
+TEST(MaskPlan, UnknownSpanNameListsTheKnownOnes) {
+  NamedSpans spans;
+  spans["needle"] = {{3, 9}};
+  spans["distractor"] = {{12, 15}};
+  EXPECT_ERROR(named_spans(spans, "needel", "record \"q1\""), "needle");
+  EXPECT_ERROR(named_spans(spans, "needel", "record \"q1\""), "no span named \"needel\"");
+  EXPECT_EQ(named_spans(spans, "needle", "r").size(), 1u);
+}
+
+TEST(MaskPlan, SelectionFiles) {
+  const auto dir = test::scratch_dir("mask_sel");
+  const auto write = [&](const std::string& text) {
+    const auto p = dir / "sel.json";
+    test::write_text(p, text);
+    return p;
+  };
+  const std::vector<int64_t> layers = {0, 1}, heads = {0, 1};
+  const EvictionPlan p = plan_from_selection_file(
+      write(R"({"c": 10, "layers": {"1": {"kept": [[0,1,2,3,4,5,6,7], [0,1,2,3,4,5,6,7,8,9]]}, "0": {"evicted": [[3], []]}}})"),
+      10, 15, layers, heads, 2, 2);
+  EXPECT_EQ(p.at(1, 0), (std::vector<int64_t>{8, 9}));
+  EXPECT_TRUE(p.at(1, 1).empty());
+  EXPECT_EQ(p.at(0, 0), (std::vector<int64_t>{3}));
+  EXPECT_ERROR(plan_from_selection_file(write(R"({"layers": {"0": {"kept": [[], [1]]}}})"), 10, 15, layers, heads, 2, 2),
+               "keeps nothing");
+  EXPECT_ERROR(plan_from_selection_file(write(R"({"layers": {"0": {"kept": [[12], [1]]}}})"), 10, 15, layers, heads, 2, 2),
+               "outside the context");
+  EXPECT_ERROR(plan_from_selection_file(write(R"({"layers": {"0": {"kept": [[1]]}}})"), 10, 15, layers, heads, 2, 2),
+               "2 KV heads");
+  EXPECT_ERROR(plan_from_selection_file(write(R"({"c": 9, "layers": {}})"), 10, 15, layers, heads, 2, 2), "c = 9");
+  EXPECT_ERROR(plan_from_selection_file(write(R"({"layers": {"0": {"evicted": [[], []]}}})"), 10, 15, layers, heads, 2, 2),
+               "evicts nothing");
+  EXPECT_ERROR(plan_from_selection_file(write("{oops"), 10, 15, layers, heads, 2, 2), "not valid JSON");
+}
+
+// The command line: one "ckv: error:" line and exit 1.
+const std::string kTiny = std::string(CKV_TEST_DATA_DIR) + "/models/tiny_llama_gqa";
+
+void expect_error_line(const test::RunResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output.rfind("ckv: error: ", 0), 0u) << r.output;
+  EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+}
+
+std::string ids(const std::filesystem::path& dir) {
+  std::string t;
+  for (int i = 0; i < 30; ++i) t += std::to_string((i * 37 + 11) % 256) + " ";
+  test::write_text(dir / "ids.txt", t);
+  return (dir / "ids.txt").string();
+}
+
+TEST(MaskCli, BadInputs) {
+  const auto dir = test::scratch_dir("mask_cli");
+  const std::string base = "mask -q --model " + kTiny + " --tokens " + ids(dir) + " -o " + (dir / "m.h5").string();
+  expect_error_line(test::run_ckv(base + " --context-end 20 --spans 15-25"), "overlaps the question");
+  expect_error_line(test::run_ckv(base + " --context-end 20 --spans 15-45"), "not inside the context");
+  expect_error_line(test::run_ckv(base + " --context-end 20 --span-name needle"), "no span named \"needle\"");
+  expect_error_line(test::run_ckv(base + " --context-end 20"), "exactly one of");
+  expect_error_line(test::run_ckv(base + " --spans 3-5"), "--context-end");
+  expect_error_line(test::run_ckv(base + " --context-end 30 --spans 3-5"), "no question");
+  EXPECT_FALSE(std::filesystem::exists(dir / "m.h5"));
+}
+
+TEST(MaskCli, RunsOnTheTinyModelWithPlaceboAndPhysicalCheck) {
+  const auto dir = test::scratch_dir("mask_cli");
+  const std::string out = (dir / "m.h5").string();
+  const test::RunResult r = test::run_ckv("mask -q --model " + kTiny + " --tokens " + ids(dir) +
+                                          " --context-end 20 --spans 8-11 --placebo 2 --match-tol 0.5"
+                                          " --verify-physical --csv " + (dir / "m.csv").string() + " -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const h5::File f = h5::File::open_read(out);
+  EXPECT_EQ(f.attr_string("schema"), "ckv.mask");
+  const h5::Group rec = f.open_group("records/0");
+  EXPECT_EQ(rec.attr_int("context_end"), 20);
+  const h5::Group t = rec.open_group("runs/target");
+  EXPECT_LE(t.attr_double("physical_max_diff"), 2e-6 * std::max(1.0, t.attr_double("physical_max_abs")));
+  EXPECT_GE(t.attr_double("kl"), 0.0);
+  EXPECT_EQ(t.open_dataset("resid_l2").shape(), (std::vector<int64_t>{2, 10}));
+  EXPECT_EQ(t.open_dataset("evicted").shape(), (std::vector<int64_t>{2, 2, 20}));
+  const nlohmann::json placebo = rec.attr_json("placebo");
+  for (int k = 0; k < placebo["found"].get<int>(); ++k) {
+    const h5::Group p = rec.open_group("runs/placebo" + std::to_string(k));
+    EXPECT_LE(std::abs(p.attr_double("delta_theta_ratio") - 1), 0.5);
+    EXPECT_EQ(p.attr_ints("spans")[1] - p.attr_ints("spans")[0], 3);
+  }
+  std::ifstream csv(dir / "m.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "record,run,layer,head,position,metric,value");
+}
+
+}  // namespace
+}  // namespace ckv
