@@ -47,10 +47,10 @@ TEST(TokenizerErrors, BadTokenizerJson) {
                                         "no_model.json");
   auto unigram = write_temp("unigram.json", R"({"model": {"type": "Unigram", "vocab": []}})");
   expect_error_naming<ckv::UnsupportedError>([&] { ckv::tokenizer_from_json(unigram); }, "Unigram");
-  auto nfc = write_temp("nfc.json", R"({"normalizer": {"type": "NFC"},
+  auto nfkc = write_temp("nfkc.json", R"({"normalizer": {"type": "NFKC"},
       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
       "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
-  expect_error_naming<ckv::UnsupportedError>([&] { ckv::tokenizer_from_json(nfc); }, "NFC");
+  expect_error_naming<ckv::UnsupportedError>([&] { ckv::tokenizer_from_json(nfkc); }, "NFKC");
   auto bad_merge = write_temp("bad_merge.json", R"({
       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
       "model": {"type": "BPE", "vocab": {"a": 0}, "merges": [5]}})");

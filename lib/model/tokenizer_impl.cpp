@@ -6,6 +6,7 @@
 #include "model/bpe.h"
 #include "model/chat_template.h"
 #include "model/tokenizer_spec.h"
+#include "model/unicode_normalize.h"
 
 namespace ckv {
 namespace {
@@ -100,12 +101,12 @@ class BpeTokenizer final : public Tokenizer {
         continue;
       }
       if (pos > raw_start)
-        encode_fragment(text.substr(raw_start, pos - raw_start), raw_start == 0, ids);
+        encode_normalized(text.substr(raw_start, pos - raw_start), raw_start == 0, ids);
       ids.push_back(hit->id);
       pos += hit->text.size();
       raw_start = pos;
     }
-    if (raw_start < text.size()) encode_fragment(text.substr(raw_start), raw_start == 0, ids);
+    if (raw_start < text.size()) encode_normalized(text.substr(raw_start), raw_start == 0, ids);
     return ids;
   }
 
@@ -169,6 +170,13 @@ class BpeTokenizer final : public Tokenizer {
   };
 
   // One run of text between special tokens.
+  // Special tokens are matched on the raw text; the normalizer applies to what lies between.
+  void encode_normalized(std::string_view text, bool at_start, std::vector<int32_t>& ids) const {
+    if (!spec_.nfc) return encode_fragment(text, at_start, ids);
+    const std::string normalized = nfc_normalize(text);
+    encode_fragment(normalized, at_start, ids);
+  }
+
   void encode_fragment(std::string_view text, bool at_start, std::vector<int32_t>& ids) const {
     bool prefix = spec_.prefix_space == PrefixSpace::every_fragment ||
                   (spec_.prefix_space == PrefixSpace::first_fragment && at_start);

@@ -173,8 +173,10 @@ std::unique_ptr<Tokenizer> tokenizer_from_json(const std::filesystem::path& toke
       byte_level |= p.value("type", "") == "ByteLevel";
     spec.byte_level = byte_level;
     if (byte_level) {
-      if (!normalizer.is_null())
-        loader.unsupported(fmt::format("normalizer {}", normalizer.dump()));
+      for (const auto& n : components(normalizer, "normalizers")) {  // Qwen2: NFC
+        if (n.value("type", "") != "NFC") loader.unsupported(fmt::format("normalizer {}", n.dump()));
+        spec.nfc = true;
+      }
       loader.byte_level_pre(pre);
     } else {
       spec.pre = PreTokenizerKind::none;

@@ -38,6 +38,7 @@ struct TokenizerSpec {
   bool byte_fallback = true;   // SPM: unknown characters become <0xXX> tokens
   PrefixSpace prefix_space = PrefixSpace::none;
   bool strip_decoded_prefix = false;  // decode drops the first token's leading space
+  bool nfc = false;  // NFC-normalise text between special tokens (tokenizer.json normalizer)
   std::string chat_template;
 };
 
