@@ -1,0 +1,279 @@
+"""analysis/ on small real outputs of the default model (ckv bound, check, mask, dump).
+
+The numbers each figure draws (the heatmap arrays from AxesImage.get_array(), the curves'
+y data) and each table cell are compared with values computed here straight from the HDF5
+files with h5py, and Table 9 also with the `table9` that ckv's C++ wrote to PREFIX.json.
+Environment: CKV_BINARY, CKV_MODEL; tests skip when either is absent.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+BINARY = os.environ.get("CKV_BINARY", str(ROOT / "build" / "ckv"))
+MODEL = os.environ.get("CKV_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+LAYERS = "0,1,14,29"
+
+pytestmark = pytest.mark.skipif(not (Path(BINARY).exists() and Path(MODEL).exists()),
+                                reason="ckv binary or default model absent")
+
+from analysis import figures as F  # noqa: E402
+from analysis import report as R  # noqa: E402
+from analysis import tables as T  # noqa: E402
+from analysis.ckv_reader import BoundFile, DumpFile, MaskFile, SchemaError, open_ckv  # noqa: E402
+
+
+def ckv(*args):
+    r = subprocess.run([BINARY, "-q", *args], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def outs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ckv")
+    m = ["-m", MODEL, "-t", "2"]
+    ckv("bound", *m, "--budgets", "0.1,0.2,0.4", "--layers", LAYERS, "-o", str(tmp / "bound"))
+    ckv("check", *m, "--budgets", "0.1,0.2", "--layers", LAYERS, "-o", str(tmp / "check"))
+    ckv("mask", *m, "--span-name", "answer_evidence", "--placebo", "1", "-o", str(tmp / "mask.h5"))
+    rec = {"id": "code", "context": "Notes. The museum opens at nine. The secret code is 4417. "
+           "The cafe closes at six. Parking is free on Sundays. The library is on Elm Street. ",
+           "question": "What is the secret code? Answer:", "answer": "4417",
+           "spans": {"needle": [[33, 57]], "distractor": [[59, 82]]}}
+    (tmp / "rec.jsonl").write_text(json.dumps(rec) + "\n")
+    ckv("dump", *m, "-i", str(tmp / "rec.jsonl"), "--layers", "0,2", "--what", "attn",
+        "--attn-rows", "last:3", "-o", str(tmp / "dump.h5"))
+    ckv("mask", *m, "-i", str(tmp / "rec.jsonl"), "--span-name", "needle", "--layers", "2",
+        "-o", str(tmp / "mask_rec.h5"))
+    return tmp
+
+
+def h5mean(path):
+    """metrics_mean of record 0 and the metric names, straight from h5py."""
+    with h5py.File(path, "r") as f:
+        names = [n.decode() if isinstance(n, bytes) else n for n in f.attrs["metrics"]]
+        return f["records/0/metrics_mean"][()], f["records/0/metrics"][()], names
+
+
+def nonempty(paths):
+    assert [Path(p).suffix for p in paths] == [".png", ".pdf"]
+    for p in paths:
+        assert Path(p).stat().st_size > 1000, p
+
+
+def test_reader_dispatch(outs):
+    b, c, m, d = (open_ckv(outs / n) for n in ("bound.h5", "check.h5", "mask.h5", "dump.h5"))
+    assert isinstance(b, BoundFile) and b.kind == "bound" and b.schema == "ckv.bound"
+    assert isinstance(c, BoundFile) and c.kind == "check" and c.alphas == [0.5]
+    assert isinstance(m, MaskFile) and "target" in m.records[0].runs
+    assert isinstance(d, DumpFile) and d.schema == "ckv.dump" and d.record_ids
+    d.close()
+    assert b.budget_labels == ["10%", "20%", "40%"]
+    assert list(b.layers) == [0, 1, 14, 29]
+    assert "bound" in b.command_line and b.model == "SmolLM2-135M-Instruct.Q4_1"
+
+
+@pytest.mark.parametrize("name", ["bound.h5", "check.h5", "mask.h5", "dump.h5"])
+def test_reader_refuses_other_version(outs, tmp_path, name):
+    bad = tmp_path / f"v2_{name}"
+    shutil.copy(outs / name, bad)
+    with h5py.File(bad, "r+") as f:
+        f.attrs["schema_version"] = 2
+    with pytest.raises(SchemaError, match=r"v2_.*version 2.*version 1 only") as e:
+        open_ckv(bad)
+    assert e.value.path == str(bad)
+
+
+def test_reader_refuses_foreign_files(tmp_path):
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as f:
+        f["x"] = np.zeros(3)
+    with pytest.raises(SchemaError, match="other.h5.*no 'schema'"):
+        open_ckv(other)
+    with h5py.File(other, "r+") as f:
+        f.attrs["schema"] = "ckv.unknown"
+        f.attrs["schema_version"] = 1
+    with pytest.raises(SchemaError, match="ckv.unknown"):
+        open_ckv(other)
+    text = tmp_path / "text.h5"
+    text.write_text("not hdf5")
+    with pytest.raises(SchemaError, match="text.h5"):
+        open_ckv(text)
+
+
+def test_reduction_heatmap_draws_the_file(outs, tmp_path):
+    mm, _, names = h5mean(outs / "bound.h5")
+    L1 = names.index("L1")
+    f = open_ckv(outs / "bound.h5")
+    for method, crit_i, base_i in (("criticalkv(snapkv)", 1, 0), ("criticalkv(adakv(snapkv))", 3, 2)):
+        assert f.methods[crit_i] == method
+        for bi, label in enumerate(["10%", "20%", "40%"]):
+            r = F.reduction_heatmap(f, tmp_path, method, label)
+            want = mm[base_i, bi, :, :, L1] - mm[crit_i, bi, :, :, L1]
+            np.testing.assert_allclose(np.asarray(r.images[0].get_array()), want, rtol=0, atol=0)
+            assert r.images[0].norm(0.0) == pytest.approx(0.5)        # diverging, centred at 0
+            share = 100 * np.mean(want > 0)
+            assert f"in {share:.1f}% of heads" in r.fig.axes[0].get_title()
+            assert method in r.fig.axes[0].get_title() and label in r.fig.axes[0].get_title()
+            nonempty(r.paths)
+
+
+def test_assumption_heatmap_draws_min_s1(outs, tmp_path):
+    _, metrics, names = h5mean(outs / "check.h5")
+    want = metrics[0, ..., names.index("S1")].min(axis=-1)          # [budget, layer, head]
+    r = F.assumption_heatmap(open_ckv(outs / "check.h5"), tmp_path)
+    assert len(r.images) == 2
+    for bi, im in enumerate(r.images):
+        np.testing.assert_array_equal(np.asarray(im.get_array()), want[bi])
+        assert f"{100 * np.mean(want[bi] >= 0.5):.1f}% of heads" in r.fig.axes[bi].get_title()
+    # the share agrees with ckv's own check.json (C++ implementation)
+    res = json.loads((outs / "check.json").read_text())["results"]
+    for bi, row in enumerate(res):
+        assert np.mean(want[bi] >= 0.5) == pytest.approx(row["fraction_holds"])
+    nonempty(r.paths)
+
+
+def test_tightness_curves(outs, tmp_path):
+    mm, _, names = h5mean(outs / "bound.h5")
+    ix = names.index
+    r = F.tightness(open_ckv(outs / "bound.h5"), tmp_path, "criticalkv(snapkv)")
+    for bi in range(3):
+        lines = r.fig.axes[bi].get_lines()
+        np.testing.assert_allclose(lines[0].get_ydata(), mm[1, bi, :, :, ix("L1")].mean(axis=1))
+        for line, m, metric in ((lines[1], 1, "theta_hat"), (lines[2], 0, "theta_rel")):
+            for li in range(4):
+                ok = mm[m, bi, li, :, ix("S1")] >= 0.5
+                got = line.get_ydata()[li]
+                if ok.any():
+                    assert got == pytest.approx(mm[m, bi, li, ok, ix(metric)].mean())
+                else:
+                    assert np.isnan(got)
+        assert list(lines[0].get_xdata()) == [0, 1, 14, 29]
+    nonempty(r.paths)
+
+
+def test_reduction_vs_budget_curves(outs, tmp_path):
+    mm, _, names = h5mean(outs / "bound.h5")
+    L = mm[..., names.index("L1")]
+    r = F.reduction_vs_budget(open_ckv(outs / "bound.h5"), tmp_path)
+    a1, a2 = r.fig.axes[:2]
+    for k, (crit_i, base_i) in enumerate(((1, 0), (3, 2))):
+        lc, lb = L[crit_i], L[base_i]
+        rel = 100 * (1 - lc.mean(axis=(1, 2)) / lb.mean(axis=(1, 2)))
+        np.testing.assert_allclose(a1.get_lines()[k].get_ydata(), rel)
+        np.testing.assert_allclose(a2.get_lines()[k].get_ydata(), 100 * np.mean(lb > lc, axis=(1, 2)))
+    nonempty(r.paths)
+
+
+def test_kept_and_propagated(outs, tmp_path):
+    with h5py.File(outs / "bound.h5", "r") as f:
+        kc = f["records/0/kept_count"][()]
+    r = F.kept_heatmap(open_ckv(outs / "bound.h5"), tmp_path, "adakv(snapkv)", "10%")
+    np.testing.assert_array_equal(np.asarray(r.images[0].get_array()), kc[2, 0])
+    nonempty(r.paths)
+    with h5py.File(outs / "mask.h5", "r") as f:
+        want = {n: f[f"records/0/runs/{n}/resid_l1"][()].mean(axis=1) for n in f["records/0/runs"]}
+    r = F.propagated(open_ckv(outs / "mask.h5"), tmp_path)
+    lines = r.fig.axes[0].get_lines()
+    assert len(lines) == len(want)
+    np.testing.assert_allclose(lines[0].get_ydata(), want["target"])
+    np.testing.assert_allclose(lines[1].get_ydata(), want["placebo0"])
+    nonempty(r.paths)
+
+
+def test_table9_matches_file_and_ckv_json(outs):
+    mm, _, names = h5mean(outs / "bound.h5")
+    ix = names.index
+    crit, base, rows = T.table9(open_ckv(outs / "bound.h5"), "criticalkv(snapkv)")
+    ref = json.loads((outs / "bound.json").read_text())["table9"][0]
+    assert ref["method"] == crit and ref["base"] == base
+    for bi, (row, j) in enumerate(zip(rows, ref["budgets"])):
+        ok = mm[1, bi, ..., ix("S1")] >= 0.5
+        assert row["actual_L1"] == pytest.approx(mm[1, bi, ..., ix("L1")].mean())
+        assert row["our_bound_theta_hat"] == pytest.approx(mm[1, bi, ..., ix("theta_hat")][ok].mean())
+        assert row["actual_L1"] == pytest.approx(j["actual_L1"], rel=1e-9)
+        assert row["our_bound_theta_hat"] == pytest.approx(j["our_bound_theta_hat"], rel=1e-9)
+        assert row["prev_bound_theta_rel"] == pytest.approx(j["prev_bound_theta_rel"], rel=1e-9)
+        assert row["ratio"] == pytest.approx(j["ratio"], rel=1e-9)
+        assert row["share_L_below_base"] == pytest.approx(j["fraction_heads_L_below_base"])
+        assert row["share_S1_holds"] == pytest.approx(j["fraction_heads_s1_holds"])
+    md = T.to_markdown(rows).splitlines()
+    assert len(md) == 2 + len(rows)
+    for line, row in zip(md[2:], rows):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[0] == row["budget"]
+        assert float(cells[2]) == pytest.approx(row["actual_L1"], rel=1e-3)
+        assert float(cells[3]) == pytest.approx(row["our_bound_theta_hat"], rel=1e-3)
+        assert float(cells[5].rstrip("%")) == pytest.approx(100 * row["ratio"], abs=0.05)
+    stats = T.head_stats(open_ckv(outs / "bound.h5"), "criticalkv(snapkv)", "20%")
+    red = mm[0, 1, ..., ix("L1")] - mm[1, 1, ..., ix("L1")]             # [layer, head]
+    assert [s["layer"] for s in stats] == [0, 1, 14, 29]
+    for s, r in zip(stats, red):
+        assert (s["mean_reduction"], s["min"], s["max"]) == pytest.approx((r.mean(), r.min(), r.max()))
+        assert s["share_improved"] == pytest.approx(np.mean(r > 0))
+    tex = T.to_latex(rows, caption="Table 9")
+    assert tex.count(r"\\") == 1 + len(rows) and r"\begin{tabular}" in tex
+
+
+def test_report_and_cli(outs, tmp_path):
+    path = R.write_report(tmp_path / "rep", outs / "bound.h5", outs / "check.h5", outs / "mask.h5",
+                          outs / "dump.h5", (2, 4))
+    text = path.read_text()
+    imgs = [l for l in text.splitlines() if l.startswith("![")]
+    assert len(imgs) >= 8 and any("attention_L2_H4" in l for l in imgs)
+    for l in imgs:
+        png = path.parent / l[l.index("(") + 1:-1]
+        assert png.stat().st_size > 1000 and png.with_suffix(".pdf").stat().st_size > 1000
+    for name in ("bound.h5", "check.h5", "mask.h5", "dump.h5"):
+        cmd = open_ckv(outs / name).command_line
+        assert text.count(f"Data from `{cmd}`") >= 1
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "analysis.figures", "reduction-heatmap",
+                        str(outs / "bound.h5"), "-o", str(tmp_path / "cli"), "--budget", "40%"],
+                       capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "cli" / "reduction_heatmap_criticalkv_snapkv_40.pdf").stat().st_size > 1000
+    bad = tmp_path / "bad.h5"
+    shutil.copy(outs / "bound.h5", bad)
+    with h5py.File(bad, "r+") as f:
+        f.attrs["schema_version"] = 7
+    r = subprocess.run([sys.executable, "-m", "analysis.report", "--bound", str(bad), "-o",
+                        str(tmp_path / "r2")], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 1 and "bad.h5" in r.stderr and "version 7" in r.stderr
+
+
+def test_attention_raw_and_corrected(outs, tmp_path):
+    d, mk = open_ckv(outs / "dump.h5"), open_ckv(outs / "mask_rec.h5")
+    with h5py.File(outs / "dump.h5", "r") as f:
+        g = f["records/code"]
+        n, c = int(g.attrs["n_tokens"]), int(g.attrs["context_end"])
+        rows = list(g["attn_rows"][()])
+        A = g["layers/2/attn"][4, rows.index(n - 1), :n].astype(np.float64)
+        spans = json.loads(g.attrs["spans"])
+    with h5py.File(outs / "mask_rec.h5", "r") as f:
+        ev = f["records/code/runs/target/evicted"][2, 4 // 3]         # head 4 -> KV head 1
+    assert ev.sum() == spans["needle"][0][1] - spans["needle"][0][0]
+    r = F.attention(d, tmp_path, 2, 4, mask=mk)
+    keep = np.concatenate([1 - ev.astype(np.float64), np.ones(n - c)])
+    S = (keep * A).sum()
+    lines = r.fig.axes[0].get_lines()
+    np.testing.assert_allclose(lines[0].get_ydata(), A)
+    np.testing.assert_allclose(lines[1].get_ydata(), keep * A / S)
+    np.testing.assert_allclose(lines[2].get_ydata(), keep * A)
+    assert r.arrays["raw"].sum() == pytest.approx(1.0)
+    labels = r.fig.axes[0].get_legend_handles_labels()[1]
+    for name in ("needle", "distractor", "question", "sink"):
+        assert any(l.startswith(name) for l in labels), labels
+    nonempty(r.paths)
+    # a mask of another prompt is refused for the overlay
+    with pytest.raises(ValueError, match="tokens differ"):
+        F.attention(d, tmp_path, 2, 4, mask=open_ckv(outs / "mask.h5"))
+    d.close()
