@@ -1,12 +1,16 @@
 // ckv dump: run the model over one prompt or a JSONL batch and record, per layer and head,
 // post-RoPE Q/K/V, attention rows, value-projected norms nu and optionally head outputs,
 // the residual stream, last-position logits and W_O, into one HDF5 file (docs/DUMP.md).
-// Records stream to disk layer by layer as the forward pass produces them, so memory is
-// one layer's buffers whatever the batch size.
+// Records stream to disk layer by layer as the forward pass produces them: the forward pass
+// runs on a second thread and this one writes (layer_queue.h), so writing overlaps the
+// computation and memory is about two layers' buffers whatever the batch size.
 #include <chrono>
 #include <fstream>
+#include <exception>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -21,6 +25,7 @@
 #include "io/dump_schema.h"
 #include "io/merge.h"
 #include "io/records.h"
+#include "layer_queue.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "prompt_input.h"
@@ -55,13 +60,48 @@ int64_t count_lines(const std::string& path) {
   return n;
 }
 
-// Writes what the forward pass hands over straight into the record's group.
-class DumpRecorder : public Recorder {
+// Runs on the forward pass's thread: copies what it records (its buffers are reused by the
+// next layer) into the queue the main thread writes from.
+class QueueRecorder : public Recorder {
  public:
-  DumpRecorder(RecordWriter& rec, const DumpSettings& s, const Model& model, ThreadPool& pool,
-               Progress& progress, std::string rate)
-      : rec_(rec), s_(s), model_(model), pool_(pool), progress_(progress), rate_(std::move(rate)) {}
+  explicit QueueRecorder(LayerQueue& queue) : queue_(queue) {}
   void on_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) override {
+    queue_.push({.kind = LayerItem::Kind::qkv, .layer = layer, .a = q, .b = k, .c = v});
+  }
+  void on_attention(int64_t layer, std::span<const int64_t>, const Tensor& probs) override {
+    queue_.push({.kind = LayerItem::Kind::attention, .layer = layer, .a = probs, .b = {}, .c = {}});
+  }
+  void on_head_outputs(int64_t layer, std::span<const int64_t>, const Tensor& out) override {
+    queue_.push({.kind = LayerItem::Kind::head_out, .layer = layer, .a = out, .b = {}, .c = {}});
+  }
+  void on_residual(int64_t layer, const Tensor& resid) override {
+    queue_.push({.kind = LayerItem::Kind::resid, .layer = layer, .a = resid, .b = {}, .c = {}});
+  }
+
+ private:
+  LayerQueue& queue_;
+};
+
+// Runs on the main thread, the only one that calls HDF5: writes one item into the record's
+// group, computing nu from v and W_O on the way.
+class ItemWriter {
+ public:
+  ItemWriter(RecordWriter& rec, const DumpSettings& s, const Model& model, ThreadPool& pool,
+             Progress& progress, std::string rate)
+      : rec_(rec), s_(s), model_(model), pool_(pool), progress_(progress), rate_(std::move(rate)) {}
+  void write(const LayerItem& item) {
+    switch (item.kind) {
+      case LayerItem::Kind::qkv: write_qkv(item.layer, item.a, item.b, item.c); break;
+      case LayerItem::Kind::attention:
+        if (s_.what.attn) rec_.write_attention(item.layer, item.a);
+        break;
+      case LayerItem::Kind::head_out: rec_.write_head_out(item.layer, item.a); break;
+      case LayerItem::Kind::resid: rec_.write_resid(item.layer, item.a); break;
+    }
+  }
+
+ private:
+  void write_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) {
     rec_.write_qkv(layer, q, k, v);
     if (s_.what.nu_l1 || s_.what.nu_l2) {
       const Tensor& wo = model_.weights.layers.at(static_cast<size_t>(layer)).wo;
@@ -71,15 +111,7 @@ class DumpRecorder : public Recorder {
     }
     progress_.set_note(fmt::format("layer {}/{}{}", layer + 1, model_.config.n_layer, rate_));
   }
-  void on_attention(int64_t layer, std::span<const int64_t>, const Tensor& probs) override {
-    if (s_.what.attn) rec_.write_attention(layer, probs);
-  }
-  void on_head_outputs(int64_t layer, std::span<const int64_t>, const Tensor& out) override {
-    rec_.write_head_out(layer, out);
-  }
-  void on_residual(int64_t layer, const Tensor& resid) override { rec_.write_resid(layer, resid); }
 
- private:
   RecordWriter& rec_;
   const DumpSettings& s_;
   const Model& model_;
@@ -87,6 +119,40 @@ class DumpRecorder : public Recorder {
   Progress& progress_;
   std::string rate_;  // ", N tokens/s" of the records so far
 };
+
+// Runs the forward pass on a second thread while this one writes what it records, so the
+// dump's wall time is about the forward pass's. Returns after every item is written; a
+// failure on either side is rethrown here with its own type (the writer's first, since a
+// failed writer is what stops the forward pass).
+ForwardResult forward_and_write(Forward& forward, const std::vector<int32_t>& tokens,
+                                ForwardRequest request, ItemWriter& writer) {
+  // Capacity one layer's callbacks: with the item being written, about two layers in flight.
+  const size_t per_layer = (request.record.qkv ? 1 : 0) + (request.record.attn_rows.empty() ? 0 : 1) +
+                           (request.record.head_out_rows.empty() ? 0 : 1) + (request.record.residual ? 1 : 0);
+  LayerQueue queue(per_layer);
+  QueueRecorder recorder(queue);
+  request.recorder = &recorder;
+  ForwardResult result;
+  std::exception_ptr forward_error;
+  std::thread worker([&] {
+    try {
+      result = forward.run(tokens, request);
+    } catch (...) {
+      forward_error = std::current_exception();
+    }
+    queue.close();
+  });
+  try {
+    while (std::optional<LayerItem> item = queue.pop()) writer.write(*item);
+  } catch (...) {
+    queue.cancel();
+    worker.join();
+    throw;
+  }
+  worker.join();
+  if (forward_error) std::rethrow_exception(forward_error);
+  return result;
+}
 
 struct Run {
   const DumpOptions& o;
@@ -119,8 +185,8 @@ struct Run {
     }
     const auto start = std::chrono::steady_clock::now();
     RecordWriter rec = dump.begin_record(meta);
-    DumpRecorder recorder(rec, settings, model, pool, progress,
-                          seconds > 0 ? fmt::format(", {:.0f} tokens/s", static_cast<double>(tokens) / seconds) : "");
+    ItemWriter writer(rec, settings, model, pool, progress,
+                      seconds > 0 ? fmt::format(", {:.0f} tokens/s", static_cast<double>(tokens) / seconds) : "");
     ForwardRequest request;
     request.record.layers = settings.layers;
     request.record.qkv = settings.what.q || settings.what.k || settings.what.v ||
@@ -128,8 +194,8 @@ struct Run {
     if (settings.what.attn) request.record.attn_rows = meta.attn_rows;
     if (settings.what.attn_out) request.record.head_out_rows = meta.attn_rows;
     request.record.residual = settings.what.resid;
-    request.recorder = &recorder;
-    ForwardResult result = forward.run(meta.tokens, request);
+    // Every dataset is written when this returns; logits and `complete` follow.
+    ForwardResult result = forward_and_write(forward, meta.tokens, std::move(request), writer);
     if (settings.what.logits) rec.write_logits_last(result.logits.span().last(static_cast<size_t>(model.config.vocab)));
     dump.finish_record(rec);
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
