@@ -24,9 +24,11 @@ struct RunResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `ckv args...` through the shell with stderr folded into stdout.
-inline RunResult run_ckv(const std::string& args) {
-  const std::string cmd = std::string(CKV_BINARY) + " " + args + " 2>&1";
+// Runs `ckv args...` through the shell with stderr folded into stdout; `env` ("A=1 B=2")
+// sets environment variables for that run only.
+inline RunResult run_ckv(const std::string& args, const std::string& env = "") {
+  const std::string cmd =
+      (env.empty() ? "" : "env " + env + " ") + std::string(CKV_BINARY) + " " + args + " 2>&1";
   RunResult r;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (pipe == nullptr) return r;

@@ -37,28 +37,15 @@ class MergeTest : public ::testing::Test {
   }
   // `ckv dump` over in.jsonl with the test's fixed settings and extra arguments.
   test::RunResult dump(const std::string& out, const std::string& extra = "", const std::string& env = "") {
-    return run_ckv_env(env, fmt::format("-q dump -m {} --input {} -o {} --layers 0-1 -t 1 {}", model_,
-                                        (dir_ / "in.jsonl").string(), (dir_ / out).string(), extra));
+    return run_ckv(fmt::format("-q dump -m {} --input {} -o {} --layers 0-1 -t 1 {}", model_,
+                               (dir_ / "in.jsonl").string(), (dir_ / out).string(), extra),
+                   env);
   }
   test::RunResult merge(const std::string& args) {
     std::string full = "merge";
     for (const std::string& w : split_shell_words(args))
       full += " " + (w.starts_with("-") ? w : (dir_ / w).string());
     return run_ckv(full);
-  }
-  static test::RunResult run_ckv_env(const std::string& env, const std::string& args) {
-    // run_ckv prepends the binary; an environment goes through `env`.
-    return env.empty() ? run_ckv(args) : test::RunResult(runv("env " + env + " " + CKV_BINARY + " " + args));
-  }
-  static test::RunResult runv(const std::string& cmd) {
-    test::RunResult r;
-    FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
-    char buffer[4096];
-    size_t n = 0;
-    while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
-    const int status = ::pclose(pipe);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
   }
   std::string model_;
   std::filesystem::path dir_;
