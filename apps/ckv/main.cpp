@@ -1,7 +1,10 @@
 // ckv: KV-cache eviction as output perturbation. This file builds the command line; each
 // subcommand lives in its own cmd_<name>.cpp with an options struct, a register function
 // and a run function. Library errors are printed here as one line with a non-zero exit.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <exception>
 #include <thread>
 
@@ -30,7 +33,20 @@ void add_model_options(CLI::App& cmd, GlobalOptions& g) {
                  "SmolLM2-135M-Instruct, or $CKV_MODEL)");
   cmd.add_option("--device", g.device, "Compute device")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd.add_option("-t,--threads", g.threads, "CPU threads (default: all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 4096));
+}
+
+// Prints one line (messages from libraries such as HDF5 may carry newlines) and ends the
+// process at once: after a failed write HDF5's own exit-time clean-up can crash closing
+// objects of the damaged file. Outputs are flushed at record boundaries, and a failed run
+// leaves only its .partial file, for --resume.
+int fail_with(int code, const char* kind, std::string message) {
+  std::replace(message.begin(), message.end(), '\n', ' ');
+  while (!message.empty() && message.back() == ' ') message.pop_back();
+  std::fflush(stdout);
+  fmt::print(stderr, "ckv: {}: {}\n", kind, message);
+  std::fflush(stderr);
+  std::_Exit(code);
 }
 
 }  // namespace ckv::app
@@ -63,21 +79,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "ckv: error: {}\n", e.what());
-    return 2;
+    return fail_with(2, "error", e.what());
   } catch (const ckv::Error& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "ckv: error: {}\n", e.what());
-    return 1;
+    return fail_with(1, "error", e.what());
   } catch (const std::bad_alloc&) {
-    std::fflush(stdout);
-    fmt::print(stderr, "ckv: error: out of memory\n");
-    return 1;
+    return fail_with(1, "error", "out of memory");
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "ckv: internal error: {}\n", e.what());
-    return 3;
+    return fail_with(3, "internal error", e.what());
   }
   return 0;
 }
