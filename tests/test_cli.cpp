@@ -94,3 +94,30 @@ TEST(Cli, ForwardOnTinyModelPrintsEveryLayer) {
 
 }  // namespace
 }  // namespace ckv::test
+
+namespace ckv::test {
+namespace {
+
+// A write that fails part-way (here: a file-size limit) gives one error line and exit 1,
+// not a crash in HDF5's exit-time clean-up, and never the final output name.
+TEST(Cli, FailedWriteIsOneLineAndNoFinalFile) {
+  const std::string model = default_model_or_empty();
+  if (model.empty()) GTEST_SKIP() << "default model not installed";
+  const fs::path dir = scratch_dir("cli");
+  const fs::path out = dir / "full_disk.h5";
+  const std::string cmd = "sh -c \"trap '' XFSZ; ulimit -f 2000; " + std::string(CKV_BINARY) +
+                          " -q dump -m " + model + " --chat -o " + out.string() + "\" 2>&1";
+  RunResult r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  expect_one_error_line(r, 1, "File too large");
+  EXPECT_FALSE(fs::exists(out));
+}
+
+}  // namespace
+}  // namespace ckv::test
