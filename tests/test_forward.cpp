@@ -4,6 +4,8 @@
 // range with the same argmax per row.
 #include <gtest/gtest.h>
 
+#include "keeping_recorder.h"
+
 #include <filesystem>
 #include <map>
 
@@ -19,25 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Keeps copies of everything recorded, by layer.
-struct KeepingRecorder : Recorder {
-  struct Layer {
-    Tensor q, k, v, attn, head_out, resid;
-  };
-  std::map<int64_t, Layer> layers;
-  void on_qkv(int64_t l, const Tensor& q, const Tensor& k, const Tensor& v) override {
-    layers[l].q = q;
-    layers[l].k = k;
-    layers[l].v = v;
-  }
-  void on_attention(int64_t l, std::span<const int64_t>, const Tensor& p) override {
-    layers[l].attn = p;
-  }
-  void on_head_outputs(int64_t l, std::span<const int64_t>, const Tensor& h) override {
-    layers[l].head_out = h;
-  }
-  void on_residual(int64_t l, const Tensor& r) override { layers[l].resid = r; }
-};
+using test::KeepingRecorder;
 
 float max_magnitude(std::span<const float> x) {
   float m = 0;

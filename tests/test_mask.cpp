@@ -5,6 +5,8 @@
 // mask reproduces the unmasked run exactly.
 #include <gtest/gtest.h>
 
+#include "keeping_recorder.h"
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -30,20 +32,7 @@ const Model& tiny(const std::string& name) {
   return it->second;
 }
 
-struct Keep : Recorder {
-  struct Layer {
-    Tensor q, k, v, attn, head_out, resid;
-  };
-  std::map<int64_t, Layer> layers;
-  void on_qkv(int64_t l, const Tensor& q, const Tensor& k, const Tensor& v) override {
-    layers[l].q = q;
-    layers[l].k = k;
-    layers[l].v = v;
-  }
-  void on_attention(int64_t l, std::span<const int64_t>, const Tensor& p) override { layers[l].attn = p; }
-  void on_head_outputs(int64_t l, std::span<const int64_t>, const Tensor& h) override { layers[l].head_out = h; }
-  void on_residual(int64_t l, const Tensor& r) override { layers[l].resid = r; }
-};
+using Keep = test::KeepingRecorder;
 
 constexpr int64_t kSeq = 40, kC = 28;
 

@@ -93,16 +93,4 @@ class Forward {
   RopeTable rope_;
 };
 
-// Prefill timing for docs/PERF.md: best wall time of `repeats` runs over n_tokens
-// synthetic ids. With record = true every layer's Q/K/V, the last row's attention and the
-// residual stream are delivered to a recorder that copies them (what `dump` does).
-struct PrefillTiming {
-  int64_t tokens = 0;
-  int threads = 0;
-  double best_seconds = 0;
-  double tokens_per_second = 0;
-};
-PrefillTiming time_prefill(const ModelConfig& config, const ModelWeights& weights, int64_t n_tokens,
-                           ForwardOptions options, bool record, int repeats);
-
 }  // namespace ckv
