@@ -80,6 +80,7 @@ class BoundRecord:
     metrics_mean: np.ndarray   # [method, budget, layer, head, metric], mean over queries
     metrics: np.ndarray        # [method, budget, layer, head, query, metric]
     kept_count: np.ndarray     # [method, budget, layer, kv_head]
+    eval_rows: np.ndarray = None   # [query] prompt positions of the evaluation queries
 
 
 @dataclass
@@ -149,11 +150,17 @@ class MaskRecord:
     runs: dict                 # run name ("target", "placebo0", ...) -> MaskRun
     s_attn: np.ndarray         # [layer, head, pos<c]
     s_val: np.ndarray
+    eval_rows: np.ndarray = None   # [eval] prompt positions of the evaluation rows
 
 
 @dataclass
 class MaskFile(CkvFile):
     records: list = field(default_factory=list)
+
+    @property
+    def method(self) -> str:
+        """The selection method run inside the masked pass (`--method`), else ''."""
+        return self.settings.get("method", "") or ""
 
 
 @dataclass
@@ -187,7 +194,7 @@ def _read_bound(f, base: dict) -> BoundFile:
             id=rid, n=int(g.attrs["n"]), context_end=int(g.attrs["context_end"]),
             budgets=np.asarray(g.attrs["budgets"]), layers=np.asarray(g.attrs["layers"]),
             metrics_mean=g["metrics_mean"][()], metrics=g["metrics"][()],
-            kept_count=g["kept_count"][()]))
+            kept_count=g["kept_count"][()], eval_rows=np.asarray(g.attrs["eval_rows"])))
     if not out.records:
         raise SchemaError(base["path"], "no complete record")
     return out
@@ -203,7 +210,8 @@ def _read_mask(f, base: dict) -> MaskFile:
             runs[name] = MaskRun(name=name, attrs=_attrs(rg),
                                  data={k: rg[k][()] for k in rg.keys()})
         out.records.append(MaskRecord(id=rid, attrs=_attrs(g), context_end=int(g.attrs["context_end"]),
-                                      runs=runs, s_attn=g["s_attn"][()], s_val=g["s_val"][()]))
+                                      runs=runs, s_attn=g["s_attn"][()], s_val=g["s_val"][()],
+                                      eval_rows=g["eval_rows"][()]))
     if not out.records:
         raise SchemaError(base["path"], "no complete record")
     return out

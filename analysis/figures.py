@@ -5,51 +5,31 @@
 NAME: reduction-heatmap (Figure 4, ckv bound), assumption (Figure 8, ckv check),
 tightness (Table 9 per layer, ckv bound), reduction-budget (Figure 6, ckv bound),
 kept (kept entries per layer and KV head, ckv bound), propagated (per-layer residual
-perturbation, ckv mask), attention (one layer/head over positions from a ckv dump with
---what attn, spans shaded; --layer --head --row, --mask for raw vs corrected). Every function returns a Figure with the arrays it drew, so tests
-compare the drawn numbers with the HDF5 file; PNG and PDF are written to DIR.
+perturbation, ckv mask), reduction-layers (Figure 5: per-layer reduction, isolated from
+ckv bound beside propagated from `--mask-pair BASE.h5 CRIT.h5`, `ckv mask --method X` and
+`--method criticalkv(X)` at one budget), attention (one layer/head over positions from a
+ckv dump with --what attn, spans shaded; --layer --head --row, --mask for raw vs
+corrected). The mask and dump figures live in analysis/figures_mask.py. Every function
+returns a Figure with the arrays it drew, so tests compare the drawn numbers with the HDF5
+file; PNG and PDF are written to DIR.
 """
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.colors import SymLogNorm, TwoSlopeNorm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import h5py  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.colors import SymLogNorm, TwoSlopeNorm  # noqa: E402
+from .ckv_reader import BoundFile, SchemaError, open_ckv
+from .figures_mask import (attention, layer_reduction, most_evicted_head, propagated,
+                           reduction_per_layer)
+from .plotting import Figure, _header, _save, _slug
 
-from .ckv_reader import BoundFile, DumpFile, MaskFile, open_ckv  # noqa: E402
-
-
-@dataclass
-class Figure:
-    name: str
-    fig: object
-    paths: list                                  # [png, pdf]
-    arrays: dict = field(default_factory=dict)   # what was drawn, by name
-    images: list = field(default_factory=list)   # AxesImage per panel (heatmaps)
-    source: str = ""                             # the ckv command line of the data
-    caption: str = ""
-
-
-def _save(fig, out_dir, name) -> list:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
-    fig.savefig(paths[0], dpi=130, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight")
-    return paths
-
-
-def _header(f) -> str:
-    n_rec = len(f.records)
-    return f"{f.model} · {f.data} ({n_rec} record{'s' if n_rec != 1 else ''})"
+__all__ = ["FIGURES", "Figure", "assumption_heatmap", "attention", "kept_heatmap",
+           "layer_reduction", "main", "most_evicted_head", "propagated", "reduction_heatmap",
+           "reduction_per_layer", "reduction_vs_budget", "tightness", "tightness_per_layer"]
 
 
 def _queries(f: BoundFile) -> str:
@@ -259,122 +239,12 @@ def kept_heatmap(f: BoundFile, out_dir, method=None, budget=None) -> Figure:
         ax.text(j, i, str(v), ha="center", va="center", fontsize=6,
                 color="w" if v < (kc.min() + kc.max()) / 2 else "k")
     fig.colorbar(im, ax=ax, shrink=0.8).set_label("kept context entries")
-    ax.set_title(f"kept entries: {method}, budget {f.budget_labels[bi]}\n{_header(f)}\n"
+    ax.set_title(f"kept entries: {method}\nbudget {f.budget_labels[bi]}, "
+                 f"{int(f.records[0].budgets[bi])} per KV head on average\n{_header(f)}\n"
                  f"record {f.records[0].id}, context c = {f.records[0].context_end}", fontsize=8.5)
     name = f"kept_{_slug(method)}_{_slug(f.budget_labels[bi])}"
     return Figure(name, fig, _save(fig, out_dir, name), {"kept": kc}, [im], f.command_line,
                   f"Kept context entries per layer and KV head, {method} at {f.budget_labels[bi]}.")
-
-
-def propagated(f: MaskFile, out_dir, record=0, norm="l1") -> Figure:
-    """Figure 5 (propagated part): per layer ‖r' − r‖ of the residual stream, mean over the
-    question rows, for the target eviction and each placebo."""
-    rec = f.records[record]
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    arrays = {}
-    for name in sorted(rec.runs, key=lambda s: (s != "target", s)):
-        run = rec.runs[name]
-        y = run.data[f"resid_{norm}"].mean(axis=1)            # [layer]
-        arrays[name] = y
-        sp = np.asarray(run.attrs.get("spans", [])).reshape(-1, 2).tolist()
-        ax.plot(np.arange(len(y)), y, "o-" if name == "target" else ".--", ms=3,
-                label=f"{name} spans {sp}, KL {float(run.attrs.get('kl', np.nan)):.3g}")
-    ax.set_yscale("log")
-    ax.set_xlabel("layer")
-    ax.set_ylabel(f"residual perturbation ‖r' − r‖ ({norm.upper()})\nmean over question rows")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    ax.set_title(f"Propagated eviction (ckv mask): {_header(f)}\nrecord {rec.id}, c = "
-                 f"{rec.context_end}, source {rec.runs.get('target').attrs.get('source', '?')}"
-                 if "target" in rec.runs else f"Propagated eviction: {_header(f)}", fontsize=8.5)
-    fig.tight_layout()
-    name = f"propagated_{norm}"
-    return Figure(name, fig, _save(fig, out_dir, name), arrays, [], f.command_line,
-                  "Per-layer residual-stream perturbation of the masked run against the unmasked "
-                  "one, target eviction beside the Δθ-matched placebos.")
-
-
-SPAN_COLOURS = {"sink": "0.6", "question": "tab:blue", "needle": "tab:green",
-                "answer_evidence": "tab:green", "evidence": "tab:green", "distractor": "tab:orange"}
-
-
-def attention(d: DumpFile, out_dir, layer, head, record=None, row=None, mask=None,
-              run="target", sinks=None) -> Figure:
-    """Attention of one layer/head over positions for one query row of a dump (needs
-    `--what attn` with that row), with the sink, named spans and question shaded. With a
-    `ckv mask` file of the same prompt, also the renormalised attention after evicting the
-    run's entries, raw A' = N·A/S, and the corrected A'·S = N·A (Theorem 3.2), both from
-    the dump's unmasked A (this layer in isolation)."""
-    import json
-    rid = record if record is not None else d.record_ids[0]
-    g = d.h5[f"records/{rid}"]
-    heads = list(np.asarray(d.attrs.get("heads", [])))
-    if head not in heads:
-        raise KeyError(f"{d.path}: head {head} not recorded (heads {heads})")
-    if f"layers/{layer}/attn" not in g:
-        raise KeyError(f"{d.path}: no attn for layer {layer} in record {rid} (dump --what attn)")
-    rows = list(g["attn_rows"][()])
-    n, c = int(g.attrs["n_tokens"]), int(g.attrs["context_end"])
-    row = n - 1 if row is None else row
-    if row not in rows:
-        raise KeyError(f"{d.path}: row {row} not among the dumped attention rows")
-    A = g[f"layers/{layer}/attn"][heads.index(head), rows.index(row), :row + 1].astype(np.float64)
-    spans = json.loads(g.attrs.get("spans", "{}") or "{}")
-    arrays = {"attn": A}
-    fig, ax = plt.subplots(figsize=(9.0, 3.6))
-    pos = np.arange(len(A))
-    sub = f"layer {layer}, head {head}, query row {row}"
-    if mask is not None:
-        mrec = next((r for r in mask.records if r.id == str(rid)), mask.records[0])
-        tok_d, tok_m = g["tokens"][()], None
-        with h5py.File(mask.path, "r") as mf:
-            tok_m = mf[f"records/{mrec.id}/tokens"][()]
-        if len(tok_m) < n or not np.array_equal(tok_m[:n], tok_d):
-            raise ValueError(f"{mask.path}: record {mrec.id} is not the prompt of {d.path} "
-                             f"record {rid} (tokens differ)")
-        group = int(d.model_attrs["n_head"]) // int(d.model_attrs["n_kv_head"])
-        ev = mrec.runs[run].data["evicted"][layer, head // group]        # [pos<c]
-        keep = np.ones(len(A))
-        keep[:len(ev)] = 1 - ev[:len(A)]
-        S = float((keep * A).sum())
-        arrays.update(raw=keep * A / S, corrected=keep * A, retained=S)
-        ax.plot(pos, A, color="0.2", lw=1.0, label="full A (no eviction)")
-        ax.plot(pos, arrays["raw"], color="tab:red", lw=1.0, label=f"raw A' = N·A/S (S = {S:.3f})")
-        ax.plot(pos, arrays["corrected"], color="tab:purple", lw=1.0, ls="--",
-                label="corrected A'·S = N·A")
-        for j in np.flatnonzero(ev):
-            ax.axvline(j, color="tab:red", alpha=0.15, lw=2)
-        sub += f"; {run} of {mask.path.name} evicted (red bars)"
-        if sinks is None:
-            sinks = int(mask.settings.get("sinks", 4))
-    else:
-        ax.plot(pos, A, color="0.2", lw=1.0, label="attention A")
-    sinks = 4 if sinks is None else sinks
-    shade = [("sink", 0, sinks)] + [(k, s, e) for k, v in spans.items() for s, e in v]
-    if c < n:
-        shade.append(("question", c, n))
-    seen = set()
-    for name, s, e in shade:
-        col = SPAN_COLOURS.get(name, "tab:cyan")
-        ax.axvspan(s - 0.5, e - 0.5, color=col, alpha=0.18, lw=0,
-                   label=None if name in seen else f"{name} [{s}, {e})")
-        seen.add(name)
-    ax.set_yscale("log")
-    ax.set_ylim(max(1e-5, float(A[A > 0].min()) / 2) if (A > 0).any() else 1e-5, 1.0)
-    ax.set_xlabel("key position")
-    ax.set_ylabel("attention weight (log)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set_title(f"Attention over positions: {d.model} · record {rid} (c = {c}, n = {n})\n{sub}",
-                 fontsize=8.5)
-    fig.tight_layout()
-    name = f"attention_L{layer}_H{head}_row{row}"
-    return Figure(name, fig, _save(fig, out_dir, name), arrays, [], d.command_line,
-                  f"Attention of layer {layer}, head {head} at query {row} with spans shaded"
-                  + ("; raw vs renormalisation-corrected after the eviction." if mask else "."))
-
-
-def _slug(s: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in s).strip("_").replace("__", "_")
 
 
 FIGURES = {
@@ -384,6 +254,7 @@ FIGURES = {
     "reduction-budget": (reduction_vs_budget, "bound"),
     "kept": (kept_heatmap, "bound"),
     "propagated": (propagated, "mask"),
+    "reduction-layers": (reduction_per_layer, "bound + --mask-pair"),
     "attention": (attention, "dump"),
 }
 
@@ -400,6 +271,9 @@ def main(argv=None) -> int:
     p.add_argument("--head", type=int, default=0, help="attention: query head")
     p.add_argument("--row", type=int, default=None, help="attention: query position (default: last)")
     p.add_argument("--mask", default=None, help="attention: ckv mask file of the same prompt")
+    p.add_argument("--mask-pair", nargs=2, metavar=("BASE", "CRIT"), default=None,
+                   help="reduction-layers: ckv mask --method X and --method criticalkv(X) runs, "
+                        "same --budget, of the bound file's prompts")
     a = p.parse_args(argv)
     fn, _ = FIGURES[a.name]
     try:
@@ -409,12 +283,16 @@ def main(argv=None) -> int:
             kw["method"] = a.method
         if a.budget and a.name in ("reduction-heatmap", "kept"):
             kw["budget"] = a.budget
+        if a.name == "reduction-layers":
+            if not a.mask_pair:
+                raise ValueError("reduction-layers: give --mask-pair BASE.h5 CRIT.h5")
+            kw = dict(base_mask=open_ckv(a.mask_pair[0]), crit_mask=open_ckv(a.mask_pair[1]))
         if a.name == "attention":
             layer = a.layer if a.layer is not None else int(f.model_attrs["n_layer"]) // 2
             kw = dict(layer=layer, head=a.head, row=a.row,
                       mask=open_ckv(a.mask) if a.mask else None)
         r = fn(f, a.out_dir, **kw)
-    except (KeyError, ValueError, OSError) as e:
+    except (SchemaError, KeyError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     for path in r.paths:

@@ -53,6 +53,15 @@ def outs(tmp_path_factory):
         "--attn-rows", "last:3", "-o", str(tmp / "dump.h5"))
     ckv("mask", *m, "-i", str(tmp / "rec.jsonl"), "--span-name", "needle", "--layers", "2",
         "-o", str(tmp / "mask_rec.h5"))
+    # Figure 5: one niah record through ckv bound and a snapkv / criticalkv(snapkv) pair of
+    # ckv mask --method at 20% (every layer masked)
+    ckv("niah", "-m", MODEL, "--length", "256", "--seed", "3", "--depths", "0.5",
+        "-o", str(tmp / "niah.jsonl"))
+    niah = ["-i", str(tmp / "niah.jsonl")]
+    ckv("bound", *m, *niah, "--budgets", "0.1,0.2", "--layers", LAYERS, "-o", str(tmp / "bound_niah"))
+    ckv("mask", *m, *niah, "--method", "snapkv", "--budget", "0.2", "-o", str(tmp / "mask_base.h5"))
+    ckv("mask", *m, *niah, "--method", "criticalkv(snapkv)", "--budget", "0.2",
+        "-o", str(tmp / "mask_crit.h5"))
     return tmp
 
 
@@ -277,3 +286,120 @@ def test_attention_raw_and_corrected(outs, tmp_path):
     with pytest.raises(ValueError, match="tokens differ"):
         F.attention(d, tmp_path, 2, 4, mask=open_ckv(outs / "mask.h5"))
     d.close()
+
+
+def fig5_expected(outs):
+    """Figure 5's per-layer values straight from the three files: the kept count from the
+    kvpress rule max(1, int(c · 0.2)) (BOUND.md), located in the bound's budgets and
+    checked against the masks' evicted entries; then the per-layer means."""
+    def attr_strs(a):
+        return [x.decode() if isinstance(x, bytes) else x for x in a]
+    out = {}
+    with h5py.File(outs / "bound_niah.h5", "r") as f:
+        (rid,) = list(f["records"])
+        g = f[f"records/{rid}"]
+        c, rows = int(g.attrs["context_end"]), g.attrs["eval_rows"][()]
+        kept = max(1, int(c * 0.2))
+        bi = list(g.attrs["budgets"]).index(kept)
+        methods, names = attr_strs(f.attrs["methods"]), attr_strs(f.attrs["metrics"])
+        mm = g["metrics_mean"][()][..., names.index("L1")]          # [method, budget, layer, head]
+        lb = mm[methods.index("snapkv"), bi].mean(axis=1)
+        lc = mm[methods.index("criticalkv(snapkv)"), bi].mean(axis=1)
+        out.update(layers=g.attrs["layers"][()], iso=lb - lc, iso_rel=100 * (1 - lc / lb))
+    resid = []
+    for name in ("mask_base.h5", "mask_crit.h5"):
+        with h5py.File(outs / name, "r") as f:
+            g = f[f"records/{rid}"]
+            assert int(g.attrs["context_end"]) == c
+            np.testing.assert_array_equal(g["eval_rows"][()], rows)
+            ev = g["runs/target/evicted"][()]                            # [layer, kv_head, pos<c]
+            np.testing.assert_array_equal(c - ev.sum(axis=2).mean(axis=1), np.full(len(ev), kept))
+            resid.append(g["runs/target/resid_l1"][()].mean(axis=1))     # [layer]
+    out.update(prop=resid[0] - resid[1], prop_rel=100 * (1 - resid[1] / resid[0]), kept=kept)
+    return out
+
+
+def test_reduction_per_layer_draws_the_files(outs, tmp_path):
+    want = fig5_expected(outs)
+    b, mb, mc = (open_ckv(outs / n) for n in ("bound_niah.h5", "mask_base.h5", "mask_crit.h5"))
+    r = F.reduction_per_layer(b, tmp_path, mb, mc)
+    a_iso, a_prop, a_rel = r.fig.axes[:3]
+    for ax, x, y in ((a_iso, want["layers"], want["iso"]), (a_prop, np.arange(30), want["prop"])):
+        bars = ax.patches
+        np.testing.assert_allclose([p.get_height() for p in bars], y, rtol=1e-12, atol=0)
+        np.testing.assert_allclose([p.get_x() + p.get_width() / 2 for p in bars], x)
+        # sign colours: blue where criticalkv perturbs less, red where more
+        assert all((p.get_facecolor()[2] > p.get_facecolor()[0]) == (v > 0) for p, v in zip(bars, y))
+    iso_line, prop_line = a_rel.get_lines()[:2]
+    np.testing.assert_allclose(iso_line.get_xdata(), want["layers"])
+    np.testing.assert_allclose(iso_line.get_ydata(), want["iso_rel"], rtol=1e-12)
+    np.testing.assert_allclose(prop_line.get_ydata(), want["prop_rel"], rtol=1e-12)
+    title = r.fig._suptitle.get_text()
+    for part in ("criticalkv(snapkv) vs snapkv", "budget 20%", f"{want['kept']} kept per KV head",
+                 "SmolLM2-135M-Instruct.Q4_1", "niah.jsonl", "L1 norm"):
+        assert part in title, (part, title)
+    assert r.source == [b.command_line, mb.command_line, mc.command_line]
+    nonempty(r.paths)
+
+
+def test_reduction_per_layer_refuses_mismatched_inputs(outs, tmp_path):
+    b, mb, mc = (open_ckv(outs / n) for n in ("bound_niah.h5", "mask_base.h5", "mask_crit.h5"))
+    with pytest.raises(ValueError, match="is not criticalkv"):
+        F.reduction_per_layer(b, tmp_path, mc, mb)                   # pair swapped
+    with pytest.raises(ValueError, match="no record in common"):
+        F.reduction_per_layer(open_ckv(outs / "bound.h5"), tmp_path, mb, mc)
+    other = tmp_path / "other_budget.h5"                             # bound without the budget
+    shutil.copy(outs / "bound_niah.h5", other)
+    with h5py.File(other, "r+") as f:
+        g = f[f"records/{list(f['records'])[0]}"]
+        g.attrs["budgets"] = g.attrs["budgets"] + 1
+    with pytest.raises(ValueError, match=r"mask_base.h5: record .* keeps \d+ entries"):
+        F.reduction_per_layer(open_ckv(other), tmp_path, mb, mc)
+    other = tmp_path / "other_prompt.h5"                             # mask of another prompt
+    shutil.copy(outs / "mask_crit.h5", other)
+    with h5py.File(other, "r+") as f:
+        g = f[f"records/{list(f['records'])[0]}"]
+        g.attrs["context_end"] = int(g.attrs["context_end"]) - 1
+    with pytest.raises(ValueError, match="other_prompt.h5: record .* is not the prompt"):
+        F.reduction_per_layer(b, tmp_path, mb, open_ckv(other))
+
+
+def test_report_has_figure5_with_its_commands(outs, tmp_path):
+    path = R.write_report(tmp_path / "rep", bound=outs / "bound_niah.h5",
+                          mask_pair=(outs / "mask_base.h5", outs / "mask_crit.h5"))
+    text = path.read_text()
+    assert "(Figure 5)" in text
+    (line,) = [l for l in text.splitlines() if l.startswith("![reduction_layers_")]
+    assert (path.parent / line[line.index("(") + 1:-1]).stat().st_size > 1000
+    (caption,) = [l for l in text.splitlines() if "isolated (ckv bound" in l and "Data from" in l]
+    for name in ("bound_niah.h5", "mask_base.h5", "mask_crit.h5"):
+        assert f"`{open_ckv(outs / name).command_line}`" in caption
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "analysis.figures", "reduction-layers",
+                        str(outs / "bound_niah.h5"), "--mask-pair", str(outs / "mask_base.h5"),
+                        str(outs / "mask_crit.h5"), "-o", str(tmp_path / "cli")],
+                       capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "cli" / "reduction_layers_criticalkv_snapkv_20.png").stat().st_size > 1000
+    r = subprocess.run([sys.executable, "-m", "analysis.figures", "reduction-layers",
+                        str(outs / "bound_niah.h5"), "--mask-pair", str(outs / "mask_crit.h5"),
+                        str(outs / "mask_base.h5"), "-o", str(tmp_path / "cli")],
+                       capture_output=True, text=True, env=env, cwd=ROOT)
+    assert r.returncode == 1 and "mask_base.h5" in r.stderr and "criticalkv" in r.stderr
+
+
+def test_most_evicted_head(outs):
+    with h5py.File(outs / "dump.h5", "r") as f:
+        g = f["records/code"]
+        n = int(g.attrs["n_tokens"])
+        row = list(g["attn_rows"][()]).index(n - 1)
+        A = {int(l): g[f"layers/{l}/attn"][:, row, :].astype(np.float64) for l in g["layers"]}
+    with h5py.File(outs / "mask_rec.h5", "r") as f:
+        ev = f["records/code/runs/target/evicted"][()]
+    S = {(l, h): 1 - (ev[l, h // 3] * a[h, :ev.shape[2]]).sum() for l, a in A.items() for h in range(9)}
+    best = min(S, key=S.get)
+    d = open_ckv(outs / "dump.h5")
+    layer, head, s = F.most_evicted_head(d, open_ckv(outs / "mask_rec.h5"))
+    d.close()
+    assert (layer, head) == best and s == pytest.approx(S[best], rel=1e-12)
+    assert layer == 2                                    # the only masked layer
