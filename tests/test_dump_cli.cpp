@@ -78,6 +78,84 @@ TEST_F(DumpCli, RefusesUnwritableOutput) {
   EXPECT_NE(r.output.find("/nonexistent_ckv_dir"), std::string::npos) << r.output;
 }
 
+// `ckv args` under a file-size limit of `kib` KiB with SIGXFSZ ignored (an ignored signal
+// stays ignored across exec), so that writes past the limit fail with EFBIG the way they
+// fail with ENOSPC on a full disk. Needs no root and no special file system.
+test::RunResult run_ckv_limited(const std::string& args, int kib) {
+  const std::string cmd = fmt::format("bash -c \"trap '' XFSZ; ulimit -f {}; exec {} {}\" 2>&1", kib,
+                                      CKV_BINARY, args);
+  test::RunResult r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buffer[4096];
+  while (const size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) r.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+void expect_one_error_line(const test::RunResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output.rfind("ckv: error: ", 0), 0u) << r.output;
+  EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "not one line: " << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+}
+
+// A full disk at each stage: creating the file, its first metadata flush, the first
+// dataset, the middle of the record. One error line naming the file and the reason, exit
+// 1 (not a crash in HDF5's exit-time clean-up), and nothing left: no output, no partial.
+TEST_F(DumpCli, FullDiskIsOneLineAndLeavesNothing) {
+  std::string tokens;
+  for (int i = 1; i <= 200; ++i) tokens += std::to_string(i) + " ";
+  test::write_text(dir_ / "long.txt", tokens);
+  const std::string args = fmt::format("-q dump --model {} --tokens {} -t 1 -o {}",
+                                       (fs::path(CKV_TEST_DATA_DIR) / "models/tiny_llama_gqa").string(),
+                                       (dir_ / "long.txt").string(), (dir_ / "full.h5").string());
+  ASSERT_EQ(run_ckv_limited(args, 4096).exit_code, 0);  // the whole dump is about 270 KiB
+  fs::remove(dir_ / "full.h5");
+  for (const int kib : {0, 4, 16, 150}) {
+    SCOPED_TRACE(fmt::format("limit {} KiB", kib));
+    const auto r = run_ckv_limited(args, kib);
+    expect_one_error_line(r, "full.h5");
+    EXPECT_NE(r.output.find("File too large"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir_ / "full.h5"));
+    EXPECT_FALSE(fs::exists(dir_ / ".full.h5.partial"));
+  }
+}
+
+// A batch that fills the disk in its second record: the partial file keeps the complete
+// first record (and says the second is not complete), and --resume with room again gives
+// the same file as a run that never failed.
+TEST_F(DumpCli, FullDiskInALaterRecordResumes) {
+  const std::string model = test::default_model_or_empty();
+  if (model.empty()) GTEST_SKIP() << "default model absent";
+  test::write_text(dir_ / "in.jsonl",
+                   "{\"id\": \"a\", \"context\": \"One two three four five six seven.\"}\n"
+                   "{\"id\": \"b\", \"context\": \"Eight nine ten eleven twelve thirteen.\"}\n"
+                   "{\"id\": \"c\", \"context\": \"Fourteen fifteen sixteen seventeen.\"}\n");
+  const std::string base = fmt::format("-q dump --model {} -t 1 --input {} --what q,k,v,attn,nu -o ", model,
+                                       (dir_ / "in.jsonl").string());
+  ASSERT_EQ(run_ckv(base + (dir_ / "whole.h5").string()).exit_code, 0);
+  // Three records of about the same size: half the file ends inside the second.
+  const int kib = static_cast<int>(fs::file_size(dir_ / "whole.h5") / 2048);
+  const auto r = run_ckv_limited(base + (dir_ / "out.h5").string(), kib);
+  expect_one_error_line(r, "out.h5");
+  EXPECT_NE(r.output.find("File too large"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "out.h5"));
+  {
+    const h5::File partial = h5::File::open_read(dir_ / ".out.h5.partial");
+    EXPECT_EQ(complete_dump_records(partial), (std::set<std::string>{"a"}));
+  }
+  const auto resumed = run_ckv(base + (dir_ / "out.h5").string() + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  std::map<std::string, std::string> attrs_a, attrs_b;
+  std::map<std::string, std::vector<double>> data_a, data_b;
+  test::collect(h5::File::open_read(dir_ / "whole.h5").open_group("records"), "", attrs_a, data_a);
+  test::collect(h5::File::open_read(dir_ / "out.h5").open_group("records"), "", attrs_b, data_b);
+  EXPECT_EQ(attrs_a, attrs_b);
+  EXPECT_EQ(data_a, data_b);
+}
+
 TEST_F(DumpCli, ResumeRefusesOtherSchemaVersionsAndSettings) {
   ASSERT_EQ(dump("").exit_code, 0);
   auto r = dump("--resume --what q");

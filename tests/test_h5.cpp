@@ -2,6 +2,7 @@
 // independent reference for what researchers will see), float16 rounding against known
 // bit patterns, numpy and the F16C instructions, and clean errors on bad files.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +21,8 @@
 #if defined(__F16C__)
 #include <immintrin.h>
 #endif
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "io/h5.h"
@@ -437,4 +440,74 @@ TEST_F(H5Test, SurvivesSigkillBetweenFlushes) {
   EXPECT_GE(interrupted, 4) << "the kills came too late to test anything (a full run took "
                             << full_us << " us)";
   RecordProperty("restarted", restarted);
+}
+
+namespace {
+
+// Runs in a fresh process (the death test re-runs the test binary), so that HDF5 starts
+// the way it does in ckv: a file-size limit makes writes fail with EFBIG as on a full disk
+// (SIGXFSZ ignored, so the write returns an error instead of killing the process).
+void fill_until_a_write_fails(const fs::path& path, std::string& where, int& layer) {
+  std::signal(SIGXFSZ, SIG_IGN);
+  const rlimit limit{256 << 10, 256 << 10};
+  ::setrlimit(RLIMIT_FSIZE, &limit);
+  const std::vector<float> head(512 * 64, 0.5f);  // [seq, d_head]
+  h5::File file = h5::File::create(path);
+  try {
+    for (layer = 0;; ++layer) {
+      h5::Dataset k = file.create_dataset("layers/" + std::to_string(layer) + "/k", h5::DType::F16,
+                                          {3, 512, 64}, {.chunk = {1, 512, 64}});
+      for (int64_t h = 0; h < 3; ++h) {
+        where = k.path();
+        k.write_index(h, head);
+      }
+    }
+  } catch (const IoError& e) {
+    where = e.what();
+    file.abandon();
+  }
+}
+
+}  // namespace
+
+// A failed write is reported by the write that failed (not later, by a destructor that
+// cannot report it), and unwinding after it closes every handle and exits normally:
+// HDF5 1.10 keeps the identifier of an object whose close failed and, at its own clean-up
+// at exit, closed it again and crashed (exit 139).
+TEST_F(H5Test, FailedWriteIsReportedByTheWriteAndExitIsClean) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const fs::path path = dir_ / "full.h5";
+  EXPECT_EXIT(
+      {
+        std::string where;
+        int layer = 0;
+        fill_until_a_write_fails(path, where, layer);
+        // One line naming the dataset, from the write that crossed the limit (each layer
+        // is 192 KiB; the limit 256 KiB): "<file>:/layers/1/k: cannot write (File too large)".
+        const bool ok = where == fmt::format("{}:/layers/{}/k: cannot write (File too large)",
+                                             path.string(), layer) &&
+                        layer <= 2;
+        if (!ok) std::fprintf(stderr, "unexpected, layer %d: %s\n", layer, where.c_str());
+        std::exit(ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// /dev/full fails every write with ENOSPC: creating the file reports it, in one line.
+TEST_F(H5Test, DevFullIsACleanError) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        std::string message;
+        try {
+          (void)h5::File::create("/dev/full");
+        } catch (const IoError& e) {
+          message = e.what();
+        }
+        const bool ok = message == "/dev/full: cannot create HDF5 file: No space left on device";
+        if (!ok) std::fprintf(stderr, "unexpected: %s\n", message.c_str());
+        std::exit(ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }

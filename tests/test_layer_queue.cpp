@@ -39,6 +39,10 @@ TEST(LayerQueue, PushBlocksWhileFull) {
   producer.join();
   EXPECT_TRUE(pushed);
   EXPECT_EQ(queue.pop()->layer, 1);
+  // The producer's wait is counted (it waited the 50 ms sleep, less thread start-up); the
+  // consumer never waited for an item.
+  EXPECT_GE(queue.push_wait_seconds(), 0.02);
+  EXPECT_LT(queue.pop_wait_seconds(), queue.push_wait_seconds());
 }
 
 TEST(LayerQueue, CancelMakesTheWaitingProducerThrow) {

@@ -22,6 +22,7 @@
 #include "core/sha256.h"
 #include "core/shard.h"
 #include "core/thread_pool.h"
+#include "dump_timing.h"
 #include "io/dump_schema.h"
 #include "io/merge.h"
 #include "io/records.h"
@@ -48,6 +49,7 @@ struct DumpOptions {
   int64_t max_bytes = int64_t{4} << 30;
   std::string dtype = "f16";
   std::string shard;  // --shard i/N; empty: Slurm array variables, else 0/1
+  std::string timing_json;  // --timing-json FILE
   int compress = 0;
   bool force = false, resume = false, skip_bad = false, verbose = false;
 };
@@ -87,9 +89,17 @@ class QueueRecorder : public Recorder {
 class ItemWriter {
  public:
   ItemWriter(RecordWriter& rec, const DumpSettings& s, const Model& model, ThreadPool& pool,
-             Progress& progress, std::string rate)
-      : rec_(rec), s_(s), model_(model), pool_(pool), progress_(progress), rate_(std::move(rate)) {}
+             Progress& progress, std::string rate, DumpTiming& timing)
+      : rec_(rec), s_(s), model_(model), pool_(pool), progress_(progress), rate_(std::move(rate)),
+        timing_(timing) {}
   void write(const LayerItem& item) {
+    const auto start = std::chrono::steady_clock::now();
+    write_item(item);
+    timing_.writer_busy += seconds_since(start);
+  }
+
+ private:
+  void write_item(const LayerItem& item) {
     switch (item.kind) {
       case LayerItem::Kind::qkv: write_qkv(item.layer, item.a, item.b, item.c); break;
       case LayerItem::Kind::attention:
@@ -100,13 +110,14 @@ class ItemWriter {
     }
   }
 
- private:
   void write_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) {
     rec_.write_qkv(layer, q, k, v);
     if (s_.what.nu_l1 || s_.what.nu_l2) {
       const Tensor& wo = model_.weights.layers.at(static_cast<size_t>(layer)).wo;
+      const auto start = std::chrono::steady_clock::now();
       ValueNorms nu = value_norms(v, wo, model_.config.n_head, s_.heads,
                                   {.l1 = s_.what.nu_l1, .l2 = s_.what.nu_l2}, &pool_);
+      timing_.nu += seconds_since(start);
       rec_.write_nu(layer, nu.l1, nu.l2);
     }
     progress_.set_note(fmt::format("layer {}/{}{}", layer + 1, model_.config.n_layer, rate_));
@@ -118,6 +129,7 @@ class ItemWriter {
   ThreadPool& pool_;
   Progress& progress_;
   std::string rate_;  // ", N tokens/s" of the records so far
+  DumpTiming& timing_;
 };
 
 // Runs the forward pass on a second thread while this one writes what it records, so the
@@ -125,7 +137,7 @@ class ItemWriter {
 // failure on either side is rethrown here with its own type (the writer's first, since a
 // failed writer is what stops the forward pass).
 ForwardResult forward_and_write(Forward& forward, const std::vector<int32_t>& tokens,
-                                ForwardRequest request, ItemWriter& writer) {
+                                ForwardRequest request, ItemWriter& writer, DumpTiming& timing) {
   // Capacity one layer's callbacks: with the item being written, about two layers in flight.
   const size_t per_layer = (request.record.qkv ? 1 : 0) + (request.record.attn_rows.empty() ? 0 : 1) +
                            (request.record.head_out_rows.empty() ? 0 : 1) + (request.record.residual ? 1 : 0);
@@ -134,12 +146,15 @@ ForwardResult forward_and_write(Forward& forward, const std::vector<int32_t>& to
   request.recorder = &recorder;
   ForwardResult result;
   std::exception_ptr forward_error;
+  double forward_seconds = 0;
   std::thread worker([&] {
+    const auto start = std::chrono::steady_clock::now();
     try {
       result = forward.run(tokens, request);
     } catch (...) {
       forward_error = std::current_exception();
     }
+    forward_seconds = seconds_since(start);
     queue.close();
   });
   try {
@@ -150,6 +165,9 @@ ForwardResult forward_and_write(Forward& forward, const std::vector<int32_t>& to
     throw;
   }
   worker.join();
+  timing.forward += forward_seconds;
+  timing.forward_stalled += queue.push_wait_seconds();
+  timing.writer_idle += queue.pop_wait_seconds();
   if (forward_error) std::rethrow_exception(forward_error);
   return result;
 }
@@ -166,6 +184,7 @@ struct Run {
   std::set<std::string> complete, seen;
   int64_t written = 0, skipped = 0, tokens = 0;
   double seconds = 0;
+  DumpTiming timing{};
 
   void record(RecordMeta meta) {
     if (!seen.insert(meta.id).second)
@@ -186,7 +205,8 @@ struct Run {
     const auto start = std::chrono::steady_clock::now();
     RecordWriter rec = dump.begin_record(meta);
     ItemWriter writer(rec, settings, model, pool, progress,
-                      seconds > 0 ? fmt::format(", {:.0f} tokens/s", static_cast<double>(tokens) / seconds) : "");
+                      seconds > 0 ? fmt::format(", {:.0f} tokens/s", static_cast<double>(tokens) / seconds) : "",
+                      timing);
     ForwardRequest request;
     request.record.layers = settings.layers;
     request.record.qkv = settings.what.q || settings.what.k || settings.what.v ||
@@ -195,7 +215,7 @@ struct Run {
     if (settings.what.attn_out) request.record.head_out_rows = meta.attn_rows;
     request.record.residual = settings.what.resid;
     // Every dataset is written when this returns; logits and `complete` follow.
-    ForwardResult result = forward_and_write(forward, meta.tokens, std::move(request), writer);
+    ForwardResult result = forward_and_write(forward, meta.tokens, std::move(request), writer, timing);
     if (settings.what.logits) rec.write_logits_last(result.logits.span().last(static_cast<size_t>(model.config.vocab)));
     dump.finish_record(rec);
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -244,7 +264,22 @@ RecordMeta record_meta(const DumpOptions& o, const Model& model, const InputReco
           .token_spans = std::move(p.token_spans), .attn_rows = {}};
 }
 
+// The file this run writes: the interrupted one for --resume, else a new one. A new file
+// that cannot be written (a full disk) is removed, so the output's directory is as before.
+DumpFile open_dump(const AtomicOutput& out, const Provenance& prov, const Model& model,
+                   const std::string& sha, const DumpSettings& settings) {
+  if (out.continuing()) return DumpFile::resume(out.partial_path(), sha, settings, prov.command_line);
+  try {
+    return DumpFile::create(out.partial_path(), prov, model, sha, settings);
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(out.partial_path(), ignored);
+    throw;
+  }
+}
+
 void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
+  const auto started = std::chrono::steady_clock::now();
   if (g.device != "cpu") fail<UnsupportedError>("--device {}: dump runs on cpu for now", g.device);
   DumpSettings settings;
   settings.what = DumpContents::parse(o.what);
@@ -292,8 +327,7 @@ void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
   prov.set("shard_count", shard.count);
   prov.set("input_records", total);
 
-  DumpFile dump = out.continuing() ? DumpFile::resume(out.partial_path(), sha, settings, prov.command_line)
-                                   : DumpFile::create(out.partial_path(), prov, model, sha, settings);
+  DumpFile dump = open_dump(out, prov, model, sha, settings);
   Forward forward(model, {.threads = g.resolved_threads()});
   ThreadPool pool(g.resolved_threads());
   Progress progress("dump", shard.size_of(total), "records", g.progress_mode());
@@ -311,16 +345,29 @@ void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
       for (const std::string& msg : reader.skipped()) fmt::print(stderr, "ckv: warning: skipped {}\n", msg);
     }
   } catch (...) {
-    // A run that created the file and finished no record leaves nothing to resume.
+    // The error may be a failed write (a full disk), after which HDF5 cannot flush: release
+    // the file without reporting more. Complete records were flushed when they finished,
+    // so the partial file keeps them for --resume; a run that created the file and
+    // finished no record leaves nothing to resume.
+    dump.abandon();
     if (!out.continuing() && run.written == 0) {
-      dump.close();
-      std::filesystem::remove(out.partial_path());
+      std::error_code ignored;
+      std::filesystem::remove(out.partial_path(), ignored);
     }
     throw;
   }
   progress.finish();
+  auto start = std::chrono::steady_clock::now();
   dump.close();
+  run.timing.close = seconds_since(start);
+  start = std::chrono::steady_clock::now();
   out.commit();
+  run.timing.commit = seconds_since(start);
+  if (!o.timing_json.empty())
+    write_dump_timing(o.timing_json, run.timing, {.records = run.written, .tokens = run.tokens,
+                                                  .records_seconds = run.seconds,
+                                                  .wall_seconds = seconds_since(started)},
+                      o.out);
   if (!g.quiet)
     fmt::print("{}: {} records written, {} already complete{}\n", o.out, run.written, run.skipped,
                run.seconds > 0 ? fmt::format(", {:.0f} tokens/s", static_cast<double>(run.tokens) / run.seconds) : "");
@@ -356,6 +403,8 @@ void register_dump(CLI::App& app, GlobalOptions& g) {
   cmd->add_flag("--resume", o->resume, "Continue an interrupted output, skipping complete records");
   cmd->add_flag("--skip-bad", o->skip_bad, "Skip malformed JSONL lines (with a warning) instead of stopping");
   cmd->add_flag("-v,--verbose", o->verbose, "Print one line per finished record (batch logs)");
+  cmd->add_option("--timing-json", o->timing_json,
+                  "Write where the time went (forward pass, writer, HDF5 writes, fsync) to this JSON file");
   cmd->callback([o, &g, window] { run_dump(*o, g, window->count() > 0); });
 }
 

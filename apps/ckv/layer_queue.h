@@ -4,6 +4,7 @@
 // and does every HDF5 call (the Debian HDF5 build is not thread-safe, so HDF5 stays on
 // one thread). The queue is bounded so memory stays at about two layers of copies: the one
 // being written and the next, queued, while the forward pass computes a third.
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -38,7 +39,9 @@ class LayerQueue {
   // Blocks while the queue is full. Throws WriterStopped after cancel().
   void push(LayerItem item) {
     std::unique_lock lock(mutex_);
+    const auto start = std::chrono::steady_clock::now();
     not_full_.wait(lock, [&] { return cancelled_ || items_.size() < capacity_; });
+    push_wait_ += std::chrono::steady_clock::now() - start;
     if (cancelled_) throw WriterStopped();
     items_.push_back(std::move(item));
     not_empty_.notify_one();
@@ -46,7 +49,9 @@ class LayerQueue {
   // Blocks until an item arrives; nullopt once close() was called and the queue is drained.
   std::optional<LayerItem> pop() {
     std::unique_lock lock(mutex_);
+    const auto start = std::chrono::steady_clock::now();
     not_empty_.wait(lock, [&] { return closed_ || !items_.empty(); });
+    pop_wait_ += std::chrono::steady_clock::now() - start;
     if (items_.empty()) return std::nullopt;
     LayerItem item = std::move(items_.front());
     items_.pop_front();
@@ -67,12 +72,24 @@ class LayerQueue {
     not_full_.notify_all();
   }
 
+  // Seconds the producer waited for room (the writer was behind) and the consumer waited
+  // for an item (the writer was idle): where `ckv dump --timing-json` says the time went.
+  double push_wait_seconds() {
+    std::lock_guard lock(mutex_);
+    return std::chrono::duration<double>(push_wait_).count();
+  }
+  double pop_wait_seconds() {
+    std::lock_guard lock(mutex_);
+    return std::chrono::duration<double>(pop_wait_).count();
+  }
+
  private:
   std::mutex mutex_;
   std::condition_variable not_full_, not_empty_;
   std::deque<LayerItem> items_;
   size_t capacity_;
   bool closed_ = false, cancelled_ = false;
+  std::chrono::steady_clock::duration push_wait_{}, pop_wait_{};
 };
 
 }  // namespace ckv::app

@@ -3,7 +3,6 @@
 // and a run function. Library errors are printed here as one line with a non-zero exit.
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <exception>
 #include <thread>
@@ -36,17 +35,15 @@ void add_model_options(CLI::App& cmd, GlobalOptions& g) {
       ->check(CLI::Range(0, 4096));
 }
 
-// Prints one line (messages from libraries such as HDF5 may carry newlines) and ends the
-// process at once: after a failed write HDF5's own exit-time clean-up can crash closing
-// objects of the damaged file. Outputs are flushed at record boundaries, and a failed run
-// leaves only its .partial file, for --resume.
+// Prints the error as one line (messages from libraries such as HDF5 may carry newlines)
+// and returns the exit code. By now the exception has unwound every open file: a failed
+// run leaves at most its .partial file, for --resume.
 int fail_with(int code, const char* kind, std::string message) {
   std::replace(message.begin(), message.end(), '\n', ' ');
   while (!message.empty() && message.back() == ' ') message.pop_back();
   std::fflush(stdout);
   fmt::print(stderr, "ckv: {}: {}\n", kind, message);
-  std::fflush(stderr);
-  std::_Exit(code);
+  return code;
 }
 
 }  // namespace ckv::app

@@ -282,8 +282,13 @@ std::set<std::string> complete_dump_records(const h5::File& file) {
   if (!file.is_group("records")) return done;
   const h5::Group records = file.open_group("records");
   for (const std::string& id : records.children()) {
-    const h5::Group r = records.open_group(id);
-    if (r.has_attr("complete") && r.attr_bool("complete")) done.insert(id);
+    // A record being written when the disk filled up can be left unreadable (its link was
+    // flushed, its object header was not): it is not complete, and --resume rewrites it.
+    try {
+      const h5::Group r = records.open_group(id);
+      if (r.has_attr("complete") && r.attr_bool("complete")) done.insert(id);
+    } catch (const FormatError&) {
+    }
   }
   return done;
 }

@@ -118,6 +118,8 @@ class DumpFile {
   // Writes the record's `complete` attribute (last, after every dataset) and flushes.
   void finish_record(RecordWriter& record);
   void close() { file_.close(); }
+  // The error path: releases the file without reporting errors (h5::File::abandon).
+  void abandon() noexcept { file_.abandon(); }
   h5::File& file() { return file_; }
 
  private:
@@ -149,7 +151,7 @@ void check_dump_schema(const h5::File& file);
 // model's hash and these settings (InputError naming the first difference).
 void check_resumable(const h5::File& file, const std::string& model_sha256,
                      const DumpSettings& settings);
-// Records whose `complete` attribute is true.
+// Records whose `complete` attribute is true (an unreadable record group is not complete).
 std::set<std::string> complete_dump_records(const h5::File& file);
 
 }  // namespace ckv

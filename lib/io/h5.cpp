@@ -2,8 +2,11 @@
 // h5_dataset.cpp, attributes in h5_attr.cpp).
 #include "io/h5.h"
 
+#include <fcntl.h>
 #include <unistd.h>
+
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <system_error>
 
@@ -12,8 +15,10 @@
 namespace ckv::h5 {
 namespace detail {
 
-void silence_hdf5_errors() {
+void init_hdf5() {
   static const bool done = [] {
+    // Must come before the library initialises itself, which registers the clean-up.
+    H5dont_atexit();
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     return true;
   }();
@@ -35,6 +40,15 @@ std::string take_hdf5_reason() {
   std::string reason;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, keep_description, &reason);
   H5Eclear2(H5E_DEFAULT);
+  // A failed system call is described over several lines ("file write failed: time = ...,
+  // filename = ..., errno = 27, error message = 'File too large', buf = ..."); its
+  // strerror text is the reason.
+  const std::string_view key = "error message = '";
+  if (const size_t at = reason.find(key); at != std::string::npos) {
+    const size_t start = at + key.size();
+    if (const size_t end = reason.find('\'', start); end != std::string::npos)
+      return reason.substr(start, end - start);
+  }
   return reason;
 }
 
@@ -42,6 +56,7 @@ std::string take_hdf5_reason() {
 
 using detail::check;
 using detail::check_id;
+using detail::seconds_since;
 
 const char* dtype_name(DType t) {
   switch (t) {
@@ -269,6 +284,9 @@ Handle writer_access_plist(const std::string& where) {
   config.decr_mode = H5C_decr__off;
   config.evictions_enabled = 1;
   check(H5Pset_mdc_config(fapl.id(), &config), where, "setting the metadata cache");
+  // No sieve buffer: writes to contiguous datasets reach the file inside H5Dwrite, where
+  // a failure is reported, not when the dataset is closed (see h5.h).
+  check(H5Pset_sieve_buf_size(fapl.id(), 0), where, "setting the sieve buffer");
   return fapl;
 }
 
@@ -282,7 +300,7 @@ Handle writer_create_plist(const std::string& where) {
 }  // namespace
 
 File File::create(const std::filesystem::path& path) {
-  detail::silence_hdf5_errors();
+  detail::init_hdf5();
   const std::string name = path.string();
   const Handle fcpl = writer_create_plist(name);
   const Handle fapl = writer_access_plist(name);
@@ -296,12 +314,17 @@ File File::create(const std::filesystem::path& path) {
   }
   Handle root(check_id(H5Gopen2(file.id(), "/", H5P_DEFAULT), name, "cannot open root group"));
   File out(std::move(file), std::move(root), name);
-  out.flush();  // an empty but valid file on disk before any record is written
+  try {
+    out.flush();  // an empty but valid file on disk before any record is written
+  } catch (const Error&) {
+    out.abandon();
+    throw;
+  }
   return out;
 }
 
 File File::open(const std::filesystem::path& path, bool writable) {
-  detail::silence_hdf5_errors();
+  detail::init_hdf5();
   const std::string name = path.string();
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail<IoError>("{}: no such file", name);
@@ -338,18 +361,54 @@ File File::open_rw(const std::filesystem::path& path) {
   return open(path, true);
 }
 
+WriteStats& write_stats() {
+  static WriteStats stats;
+  return stats;
+}
+
 void File::flush() {
   if (!is_open()) fail<Error>("{}: flush of a closed file", file_);
-  check(H5Fflush(file_handle_.id(), H5F_SCOPE_GLOBAL), file_, "cannot write to the file");
+  const auto start = std::chrono::steady_clock::now();
+  const herr_t status = H5Fflush(file_handle_.id(), H5F_SCOPE_GLOBAL);
+  write_stats().flush_seconds += seconds_since(start);
+  check(status, file_, "cannot write to the file");
 }
 
 void File::close() {
   if (!is_open()) return;
-  flush();
+  try {
+    flush();
+  } catch (const Error&) {
+    abandon();
+    throw;
+  }
   handle_.reset();
   // The file's own reference goes through H5Fclose so that a failure is reported.
-  if (H5Fclose(file_handle_.release()) < 0)
-    detail::fail_hdf5<IoError>(file_, "closing the file failed");
+  const auto start = std::chrono::steady_clock::now();
+  const herr_t status = H5Fclose(file_handle_.release());
+  write_stats().flush_seconds += seconds_since(start);
+  if (status < 0) detail::fail_hdf5<IoError>(file_, "closing the file failed");
+}
+
+void File::abandon() noexcept {
+  if (file_handle_.valid()) {
+    // Freeze the file at its last successful flush: HDF5 flushes while closing, and after
+    // a failed write that flush gets only part of the metadata out (links to records whose
+    // headers never reach the disk). Putting a read-only descriptor in place of HDF5's
+    // (the sec2 driver's file descriptor) makes those writes fail without touching the
+    // file, which then reads and resumes like one killed between flushes.
+    void* vfd = nullptr;
+    if (H5Fget_vfd_handle(file_handle_.id(), H5P_DEFAULT, &vfd) >= 0 && vfd != nullptr) {
+      const int read_only = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (read_only >= 0) {
+        ::dup2(read_only, *static_cast<int*>(vfd));
+        ::close(read_only);
+      }
+    }
+    H5Eclear2(H5E_DEFAULT);
+  }
+  handle_.reset();
+  file_handle_.reset();
 }
 
 }  // namespace ckv::h5

@@ -27,6 +27,12 @@
 // flush can still leave a file that fails to open or continue (always as a typed ckv
 // error): --resume should then start the file over. tests/test_h5.cpp kills writers.
 //
+// Failures while writing: data goes to the file in the checked call that writes it
+// (Dataset writes bypass HDF5's chunk cache and sieve buffer, which would otherwise hold it
+// until the dataset is closed, in a destructor that cannot report errors), and metadata at
+// flush() and close(). After a failed write or flush (a full disk) call abandon(), not
+// close(): see there.
+//
 // Threads: HDF5 (Debian's build) is not thread-safe. Use these objects from one thread.
 // Handles are reference counted by HDF5, so copies of a Group or Dataset are cheap and
 // share the object; a File is closed when its last handle (including any open group or
@@ -153,6 +159,8 @@ class Dataset : public Object {
     write_raw(data.data(), data.size(), {}, {});
   }
   // Writes the box [offset, offset + count) from row-major data of prod(count) elements.
+  // Writes go to the file at once (no chunk cache): a box that covers part of a chunk
+  // makes HDF5 read, and for compressed data decompress, that chunk again.
   template <typename T>
   void write_slab(const std::vector<int64_t>& offset, const std::vector<int64_t>& count,
                   const std::vector<T>& data) {
@@ -234,7 +242,15 @@ class File : public Group {
   // at most the record in progress.
   void flush();
   // Flushes and releases the file. Objects still open in it keep it open until they go.
+  // When the flush fails the file is abandoned (below) and the error thrown.
   void close();
+  // Releases the file without writing to it again or reporting errors: the error path
+  // after a failed write (a full disk, a file-size limit). The file stays as its last
+  // successful flush() left it (complete records readable, for --resume), or delete it.
+  // HDF5 still tries to flush while closing and fails; HDF5 1.10 then frees the file but
+  // keeps its identifier, and its clean-up at exit would close it a second time and
+  // crash, so ckv switches that clean-up off (every file is closed before exit anyway).
+  void abandon() noexcept;
   bool is_open() const { return file_handle_.valid(); }
 
  private:
@@ -244,6 +260,16 @@ class File : public Group {
   static File open(const std::filesystem::path& path, bool writable);
   Handle file_handle_;
 };
+
+// Time this process spent writing HDF5 files (all of them), for `ckv dump --timing-json`.
+// Plain counters: HDF5 is used from one thread.
+struct WriteStats {
+  double convert_seconds = 0;  // float32 -> float16 before a dataset write
+  double write_seconds = 0;    // inside H5Dwrite
+  double flush_seconds = 0;    // inside H5Fflush and H5Fclose
+  int64_t bytes = 0;           // bytes handed to H5Dwrite, in the storage type
+};
+WriteStats& write_stats();
 
 // True for names that can be a single link (a record id as a group name): not empty, no
 // '/', not "." or "..".

@@ -1,6 +1,7 @@
 // Datasets of the HDF5 layer: creation with chunking and filters, whole and hyperslab
 // reads and writes, float16 storage.
 #include <algorithm>
+#include <chrono>
 #include <sstream>
 #include <type_traits>
 
@@ -71,6 +72,7 @@ const char* class_name(H5T_class_t cls) {
 
 using detail::check;
 using detail::check_id;
+using detail::seconds_since;
 
 namespace {
 
@@ -207,9 +209,14 @@ Dataset Group::create_dataset(std::string_view name, DType dtype, const std::vec
   const Handle space = memory_space(to_hsize(shape), where);
   Handle lcpl(check_id(H5Pcreate(H5P_LINK_CREATE), where, "creating link properties"));
   check(H5Pset_create_intermediate_group(lcpl.id(), 1), where, "setting link properties");
+  // No chunk cache: ckv writes whole chunks, so caching only adds a copy, and a chunk
+  // left in the cache is written when the dataset is closed, where a failure (a full disk)
+  // cannot be reported and leaves HDF5 1.10 in a state that crashes at exit (h5.h).
+  Handle dapl(check_id(H5Pcreate(H5P_DATASET_ACCESS), where, "creating dataset access properties"));
+  check(H5Pset_chunk_cache(dapl.id(), 1, 0, 1.0), where, "switching off the chunk cache");
   const std::string n(name);
   Handle dataset(check_id(
-      H5Dcreate2(id(), n.c_str(), type.id(), space.id(), lcpl.id(), dcpl.id(), H5P_DEFAULT), where,
+      H5Dcreate2(id(), n.c_str(), type.id(), space.id(), lcpl.id(), dcpl.id(), dapl.id()), where,
       "cannot create dataset"));
   return Dataset(std::move(dataset), file_, path);
 }
@@ -295,18 +302,29 @@ void Dataset::write_raw(const T* data, size_t n, const std::vector<int64_t>& off
   std::vector<hsize_t> memory_dims;
   const Handle file_space = select(id(), w, shape_, offset, count, n, memory_dims);
   const Handle mem_space = memory_space(memory_dims, w);
+  WriteStats& stats = write_stats();
   if constexpr (std::is_same_v<T, float>) {
     if (dtype_ == DType::F16) {
+      auto start = std::chrono::steady_clock::now();
       std::vector<uint16_t> half(n);  // same shape as data
       f32_to_f16(std::span<const float>(data, n), half);
       const Handle f16 = detail::make_float16_type();
-      check(H5Dwrite(id(), f16.id(), mem_space.id(), file_space.id(), H5P_DEFAULT, half.data()), w,
-            "cannot write");
+      stats.convert_seconds += seconds_since(start);
+      start = std::chrono::steady_clock::now();
+      const herr_t status =
+          H5Dwrite(id(), f16.id(), mem_space.id(), file_space.id(), H5P_DEFAULT, half.data());
+      stats.write_seconds += seconds_since(start);
+      stats.bytes += static_cast<int64_t>(n * sizeof(uint16_t));
+      check(status, w, "cannot write");
       return;
     }
   }
-  check(H5Dwrite(id(), memory_type<T>(), mem_space.id(), file_space.id(), H5P_DEFAULT, data), w,
-        "cannot write");
+  const auto start = std::chrono::steady_clock::now();
+  const herr_t status =
+      H5Dwrite(id(), memory_type<T>(), mem_space.id(), file_space.id(), H5P_DEFAULT, data);
+  stats.write_seconds += seconds_since(start);
+  stats.bytes += static_cast<int64_t>(n * dtype_size(dtype_));
+  check(status, w, "cannot write");
 }
 
 template <typename T>

@@ -3,6 +3,7 @@
 // into one line of a typed ckv error.
 #include <hdf5.h>
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -11,8 +12,10 @@
 
 namespace ckv::h5::detail {
 
-// Switches off HDF5's automatic printing of its error stack (once per process).
-void silence_hdf5_errors();
+// Once per process, before any other HDF5 call of ckv: switches off HDF5's automatic
+// printing of its error stack, and its clean-up at exit (H5dont_atexit; see File::abandon
+// in h5.cpp for why).
+void init_hdf5();
 
 // The most useful description on HDF5's current error stack ("file signature not found"),
 // or "" when the stack is empty; clears the stack.
@@ -36,6 +39,11 @@ hid_t check_id(hid_t id, std::string_view where, std::string_view what) {
 template <typename E = IoError>
 void check(herr_t status, std::string_view where, std::string_view what) {
   if (status < 0) fail_hdf5<E>(where, what);
+}
+
+// For WriteStats.
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // "integer", "float", "string"... for messages about unexpected element types.
