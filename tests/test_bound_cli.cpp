@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "io/h5.h"
@@ -80,6 +81,31 @@ TEST(BoundCli, RefusesBadInputs) {
   expect_refused(base + "--methods 'snapkv,fancykv'", "unknown method 'fancykv'");
   expect_refused(base + "--methods 'criticalkv(snapkv'", "closing ')'");
   expect_refused("check --model " + kModel + " --tokens " + tokens_file(40) + " --alpha 0 -o " + tmp_prefix("badc") + " --force", "outside (0, 1]");
+  expect_refused(base + "--shard 1/2", "sharding needs a JSONL batch (--input)");
+  expect_refused(base + "--shard 2/2", "--shard");
+}
+
+// The CSV and JSON are regenerated from the HDF5 file; --resume of a finished output
+// analyses nothing and writes them again, equal; without --force/--resume nothing is replaced.
+TEST(BoundCli, ResumeOfAFinishedOutputRewritesTheSameSummaries) {
+  const std::string out = tmp_prefix("resume");
+  const std::string input = "--model " + kModel + " --tokens " + tokens_file(60) + " -o " + out;
+  const std::string args = "bound " + input + " --window 8";
+  const CliRun first = run(args + " --force");
+  ASSERT_EQ(first.status, 0) << first.out;
+  auto slurp = [](const std::string& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string csv = slurp(out + ".csv");
+  EXPECT_NE(csv.find("\n0,\"snapkv\","), std::string::npos) << csv.substr(0, 300);
+  expect_refused(args, "output exists");
+  const CliRun again = run(args + " --resume");
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_EQ(slurp(out + ".csv"), csv);
+  EXPECT_EQ(ckv::h5::File::open_read(out + ".h5").attr_string("shard"), "0/1");
+  expect_refused("bound " + input + " --window 9 --resume", "different settings: window");
+  expect_refused("check " + input + " --window 8 --resume", "--resume of a `ckv bound` output with `ckv check`");
 }
 
 TEST(BoundCli, RefusesDumpOfAnotherModel) {

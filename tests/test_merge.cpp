@@ -15,7 +15,7 @@ using test::run_ckv;
 
 TEST(MergeCommand, DropsOnlyPerShardFlags) {
   const auto a = shard_invariant_command("/a/ckv -q dump --input 'b c.jsonl' -o s0.h5 --shard 0/4 --layers 0-1 -t 2 --resume");
-  const auto b = shard_invariant_command("/b/ckv dump --input 'b c.jsonl' --out=s1.h5 --layers 0-1 --threads=8 --force -v");
+  const auto b = shard_invariant_command("/b/ckv dump --input 'b c.jsonl' --out=s1.h5 --layers 0-1 --threads=8 --force -v --csv=x.csv");
   EXPECT_EQ(a, b);
   EXPECT_EQ(a, (std::vector<std::string>{"dump", "--input", "b c.jsonl", "--layers", "0-1"}));
   EXPECT_NE(a, shard_invariant_command("ckv dump --input 'b c.jsonl' --layers 0-2"));

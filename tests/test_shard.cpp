@@ -1,5 +1,7 @@
 // Shard assignment (lib/core/shard.h): every record in exactly one shard, balanced, and
 // the --shard / Slurm job-array parsing.
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -7,6 +9,8 @@
 
 #include "core/error.h"
 #include "core/shard.h"
+#include "io/batch_output.h"
+#include "io/records.h"
 
 namespace ckv {
 namespace {
@@ -91,6 +95,20 @@ TEST(Shard, FlagWinsOverEnvironment) {
   ::unsetenv("SLURM_ARRAY_TASK_ID");
   ::unsetenv("SLURM_ARRAY_TASK_COUNT");
   EXPECT_EQ(Shard::resolve(""), (Shard{0, 1}));
+}
+
+// input_records, what merge checks completeness against, is the number of records
+// RecordReader numbers (blank lines are not records).
+TEST(Shard, InputRecordsCountsWhatTheReaderNumbers) {
+  const auto path = std::filesystem::temp_directory_path() / "ckv_shard_count.jsonl";
+  std::ofstream(path) << "{\"context\": \"a\"}\n\n  \t\n{\"context\": \"b\"}\r\n{\"context\": \"c\"}";
+  RecordReader reader(path);
+  int64_t last = -1;
+  while (std::optional<InputRecord> r = reader.next()) last = r->index;
+  EXPECT_EQ(last, 2);
+  EXPECT_EQ(count_input_records(path), last + 1);
+  std::filesystem::remove(path);
+  EXPECT_THROW(count_input_records(path), InputError);
 }
 
 }  // namespace

@@ -3,15 +3,21 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "analysis/value_norms.h"
+#include "bound_report.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/sha256.h"
+#include "core/shard.h"
 #include "core/thread_pool.h"
+#include "io/batch_output.h"
 #include "io/dump_schema.h"
 #include "io/records.h"
 #include "model/forward.h"
@@ -162,7 +168,10 @@ void add_analysis_options(CLI::App& cmd, AnalysisOptions& o) {
   cmd.add_option("--alpha-safe", o.params.alpha_safe, "adakv: share of the budget every head keeps")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   cmd.add_option("--gqa-reduce", o.gqa_reduce, "Reduction of a KV head's query-head scores and nu")->check(CLI::IsMember({"mean", "max"}))->capture_default_str();
   cmd.add_option("-o,--out", o.out, "Output prefix: PREFIX.h5, PREFIX.csv, PREFIX.json")->capture_default_str();
+  cmd.add_option("--shard", o.shard,
+                 "Only records with index % N == i (i/N) of --input; default: SLURM_ARRAY_TASK_ID/COUNT when set");
   cmd.add_flag("--force", o.force, "Replace existing outputs");
+  cmd.add_flag("--resume", o.resume, "Continue an interrupted output, skipping complete records");
 }
 
 void finish_options(AnalysisOptions& o) {
@@ -184,8 +193,29 @@ std::vector<int64_t> resolve_budgets(const AnalysisOptions& o, int64_t c, const 
   return out;
 }
 
-void run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std::vector<AnalysisBlock>& blocks,
-                  Provenance& prov, const std::function<void(const BoundRecord&)>& on_record) {
+namespace {
+
+// Where run_analysis puts its records: `open` is called once the model is loaded and the
+// provenance is complete, before any record, and returns the ids already complete.
+struct AnalysisSink {
+  std::function<std::set<std::string>(const Provenance&)> open;
+  std::function<void(const BoundRecord&)> write;
+};
+
+std::string text_input(const AnalysisOptions& o) {
+  if (!o.input.prompt_file.empty() || !o.input.tokens_file.empty()) {
+    const std::string& path = o.input.prompt_file.empty() ? o.input.tokens_file : o.input.prompt_file;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail<InputError>("{}: cannot read the prompt file", path);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  return o.input.prompt;
+}
+
+int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std::vector<AnalysisBlock>& blocks,
+                     Provenance& prov, const Shard& shard, const AnalysisSink& sink) {
   Model model = load_model(g.model_path());
   const std::string sha = model_sha256(model.source.path);
   prov.set("model_path", model.source.path.string());
@@ -194,9 +224,11 @@ void run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std::v
   std::vector<std::map<int64_t, std::vector<std::vector<int64_t>>>> files;
   for (const AnalysisBlock& b : blocks) files.push_back(read_selection_file(b.selection_file));
   ThreadPool pool(g.resolved_threads());
+  if (!shard.is_whole() && o.input_jsonl.empty())
+    fail<InputError>("--shard {}: sharding needs a JSONL batch (--input)", shard.to_string());
+  int64_t skipped = 0;
 
   if (!o.dump.empty()) {
-    prov.set("input_file", o.dump);
     h5::File f = h5::File::open_read(o.dump);
     check_dump_schema(f);
     const std::string dump_sha = f.attr_string("model_sha256");
@@ -213,11 +245,21 @@ void run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std::v
     for (int64_t l : layers)
       if (std::find(dumped.begin(), dumped.end(), l) == dumped.end())
         fail<InputError>("{}: layer {} is not in the dump (`ckv dump --layers ...`)", o.dump, l);
-    const h5::Group records = f.open_group("records");
-    for (const std::string& id : records.children()) {
-      const h5::Group r = records.open_group(id);
-      if (!r.has_attr("complete") || !r.attr_bool("complete")) continue;
+    // The dump's complete records in input order are this run's input 0..k-1.
+    const std::vector<std::string> ids = complete_records_in_input_order(f);
+    prov.set("input_file", o.dump);
+    prov.set("input_sha256", f.has_attr("input_sha256") ? f.attr_string("input_sha256") : "");
+    set_shard_provenance(prov, shard, static_cast<int64_t>(ids.size()));
+    const std::set<std::string> done = sink.open(prov);
+    for (size_t index = 0; index < ids.size(); ++index) {
+      const std::string& id = ids[index];
+      if (done.count(id)) {
+        ++skipped;
+        continue;
+      }
+      const h5::Group r = f.open_group("records/" + id);
       BoundRecord rec = prepare(o, id, r.attr_int("n_tokens"), r.attr_int("context_end"));
+      rec.index = static_cast<int64_t>(index);
       AnalysisRecorder rc(model, blocks, rec, pool, files);
       for (int64_t l : layers) {
         const h5::Group lg = r.open_group(fmt::format("layers/{}", l));
@@ -227,58 +269,130 @@ void run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std::v
         };
         rc.analyze(l, load("q"), load("k"), load("v"), model.weights.layers.at(static_cast<size_t>(l)).wo);
       }
-      on_record(rec);
+      sink.write(rec);
     }
-    return;
+    return skipped;
   }
 
   Forward forward(model, {.threads = g.resolved_threads()});
-  auto run_one = [&](const std::string& id, const std::vector<int32_t>& tokens, int64_t c) {
+  auto run_one = [&](const std::string& id, int64_t index, const std::vector<int32_t>& tokens, int64_t c) {
     BoundRecord rec = prepare(o, id, static_cast<int64_t>(tokens.size()), c);
+    rec.index = index;
     AnalysisRecorder rc(model, blocks, rec, pool, files);
     ForwardRequest req;
     req.record.layers = layers;
     req.record.qkv = true;
     req.recorder = &rc;
     forward.run(tokens, req);
-    on_record(rec);
+    sink.write(rec);
   };
   if (!o.input_jsonl.empty()) {
     prov.set("input_file", o.input_jsonl);
     prov.set("input_sha256", sha256_file(o.input_jsonl));
+    set_shard_provenance(prov, shard, count_input_records(o.input_jsonl));
     if (!model.tokenizer) fail<InputError>("{}: --input needs a model with a tokenizer", model.source.path.string());
+    const std::set<std::string> done = sink.open(prov);
+    std::set<std::string> seen;
     RecordReader reader(o.input_jsonl);
     while (std::optional<InputRecord> r = reader.next()) {
+      if (!shard.contains(r->index)) continue;
+      if (!seen.insert(r->id).second)
+        fail<InputError>("{}:{}: record id \"{}\" appears twice", o.input_jsonl, r->line, r->id);
+      if (done.count(r->id)) {
+        ++skipped;
+        continue;
+      }
       RecordPrompt p = tokenize_record(*r, *model.tokenizer, o.input.chat);
-      run_one(r->id, p.tokens, p.context_end);
+      run_one(r->id, r->index, p.tokens, p.context_end);
     }
-    return;
+    return skipped;
   }
-  const bool text_input = o.input.tokens_file.empty();
-  const bool builtin = text_input && o.input.prompt.empty() && o.input.prompt_file.empty();
-  if (text_input && (builtin || !o.question.empty())) {
+  const std::string prompt = text_input(o);
+  prov.set("input_file", o.input.prompt_file.empty() ? o.input.tokens_file : o.input.prompt_file);
+  prov.set("input_sha256", prompt.empty() ? "" : sha256_hex(prompt + o.question));
+  set_shard_provenance(prov, shard, 1);
+  if (sink.open(prov).count("0")) return 1;
+  const bool text = o.input.tokens_file.empty();
+  const bool builtin = text && o.input.prompt.empty() && o.input.prompt_file.empty();
+  if (text && (builtin || !o.question.empty())) {
     if (!model.tokenizer) fail<InputError>("{}: text prompts need a model with a tokenizer", model.source.path.string());
     InputRecord r;
     r.id = "0";
-    if (builtin) {
-      r.context = kBuiltinContext;
-      r.question = kBuiltinQuestion;
-    } else {
-      r.context = !o.input.prompt.empty() ? o.input.prompt : [&] {
-        std::ifstream in(o.input.prompt_file, std::ios::binary);
-        if (!in) fail<InputError>("{}: cannot read the prompt file", o.input.prompt_file);
-        std::ostringstream ss;
-        ss << in.rdbuf();
-        return ss.str();
-      }();
-      r.question = o.question;
-    }
+    r.context = builtin ? kBuiltinContext : prompt;
+    r.question = builtin ? kBuiltinQuestion : o.question;
     RecordPrompt p = tokenize_record(r, *model.tokenizer, o.input.chat);
-    run_one("0", p.tokens, p.context_end);
-    return;
+    run_one("0", 0, p.tokens, p.context_end);
+    return 0;
   }
   const std::vector<int32_t> tokens = prompt_tokens(o.input, model, kBuiltinContext);
-  run_one("0", tokens, static_cast<int64_t>(tokens.size()));
+  run_one("0", 0, tokens, static_cast<int64_t>(tokens.size()));
+  return 0;
+}
+
+}  // namespace
+
+void run_bound_job(const AnalysisOptions& o, const GlobalOptions& g, const std::vector<AnalysisBlock>& blocks,
+                   const BoundJob& job) {
+  namespace fs = std::filesystem;
+  const fs::path h5_path = o.out + ".h5", csv_path = o.out + ".csv", json_path = o.out + ".json";
+  // Refuse existing outputs before the model load and hashing; the real checks follow.
+  if (!o.force && !o.resume)
+    for (const fs::path& p : {h5_path, csv_path, json_path}) AtomicOutput(p, {});
+  const Shard shard = Shard::resolve(o.shard);
+  Provenance prov = Provenance::capture(g.argc, g.argv, g.resolved_threads(), g.device);
+  std::optional<AtomicOutput> h5_out, csv_out, json_out;
+  std::optional<BoundFile> file;
+  int64_t written = 0;
+  AnalysisSink sink;
+  sink.open = [&](const Provenance& p) {
+    if (o.resume) {
+      // Check the file before AtomicOutput moves a finished one back to the partial name,
+      // so a refused --resume leaves it where it was.
+      const fs::path partial = AtomicOutput::partial_path_for(h5_path);
+      const fs::path existing = fs::exists(partial) ? partial : h5_path;
+      auto value = [&](const char* key) { return p.find(key) ? p.find(key)->get<std::string>() : std::string(); };
+      if (fs::exists(existing))
+        check_resumable_output(h5::File::open_read(existing),
+                               {.schema = kBoundSchema, .schema_version = kBoundSchemaVersion, .kind = job.kind,
+                                .model_sha256 = value("model_sha256"), .input_sha256 = value("input_sha256"),
+                                .settings = job.settings, .command_line = p.command_line, .shard = shard});
+    }
+    const AtomicOutputOptions opt{.force = o.force, .resume = o.resume};
+    h5_out.emplace(h5_path, opt);
+    csv_out.emplace(csv_path, opt);
+    json_out.emplace(json_path, opt);
+    file.emplace(h5_out->continuing() ? BoundFile::resume(h5_out->partial_path(), p.command_line)
+                                      : BoundFile::create(h5_out->partial_path(), p, job.kind, job.labels, job.settings));
+    return file->complete_records();
+  };
+  sink.write = [&](const BoundRecord& rec) {
+    file->write_record(rec);
+    ++written;
+    if (!g.quiet)
+      fmt::print(stderr, "record \"{}\": {} tokens, context {}, {} evaluation queries\n", rec.id, rec.n, rec.c,
+                 rec.eval_rows.size());
+  };
+  int64_t skipped = 0;
+  try {
+    skipped = run_analysis(o, g, blocks, prov, shard, sink);
+    if (shard.is_whole() && written + skipped == 0) fail<InputError>("{}: no record to analyse", job.kind);
+  } catch (...) {
+    // A run that created the file and finished no record leaves nothing to resume.
+    if (file && !h5_out->continuing() && written == 0) {
+      file->close();
+      fs::remove(h5_out->partial_path());
+    }
+    throw;
+  }
+  file->close();
+  write_bound_summaries(h5_out->partial_path(), csv_out->partial_path(), json_out->partial_path(), o.out,
+                        job.max_list);
+  h5_out->commit();
+  csv_out->commit();
+  json_out->commit();
+  if (!g.quiet)
+    fmt::print("\nwrote {0}.h5, {0}.csv, {0}.json: {1} records analysed, {2} already complete (shard {3})\n", o.out,
+               written, skipped, shard.to_string());
 }
 
 }  // namespace ckv::app

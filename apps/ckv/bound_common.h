@@ -1,7 +1,8 @@
 #pragma once
 // What `ckv bound` and `ckv check` share: the input flags (a model with prompt inputs, a
-// JSONL batch, or a dump plus the model that made it), budgets, selection parameters, and
-// the per-record driver that yields one BoundRecord per record.
+// JSONL batch, or a dump plus the model that made it), budgets, selection parameters,
+// sharding (--shard, lib/core/shard.h) and --resume, and the per-record driver that writes
+// one BoundRecord per record into PREFIX.h5 and regenerates PREFIX.csv / PREFIX.json from it.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -28,8 +29,8 @@ struct AnalysisOptions {
   SelectionParams params;
   std::string pool = "max", gqa_reduce = "mean";
   std::string out = "bound";   // output prefix: <out>.h5, <out>.csv, <out>.json
-  bool force = false;
-  bool window_given = false;
+  std::string shard;           // --shard i/N; empty: Slurm array variables, else 0/1
+  bool force = false, resume = false;
 };
 
 void add_analysis_options(CLI::App& cmd, AnalysisOptions& o);
@@ -49,10 +50,20 @@ struct AnalysisBlock {
   std::string selection_file;
 };
 
-// Runs every record; `on_record` gets each one (its layers' first axes are the blocks'
-// methods, concatenated). The provenance gets the model and input keys.
-void run_analysis(const AnalysisOptions& o, const GlobalOptions& g,
-                  const std::vector<AnalysisBlock>& blocks, Provenance& provenance,
-                  const std::function<void(const BoundRecord&)>& on_record);
+// What a bound file of `ckv bound` or `ckv check` is: the root attributes that differ.
+struct BoundJob {
+  std::string kind;                 // "bound" or "check"
+  std::vector<std::string> labels;  // names of the first axis: methods, or alphas
+  nlohmann::json settings;
+  int64_t max_list = 40;            // check: violating heads printed
+};
+
+// Runs the records of this shard (every record's layers' first axes are the blocks'
+// methods, concatenated) into PREFIX.h5, continuing it with --resume (complete records
+// are skipped; the file must have been written with the same model, input, settings,
+// command and shard), then writes PREFIX.csv and PREFIX.json from the whole file and
+// prints the summary (bound_report.h).
+void run_bound_job(const AnalysisOptions& o, const GlobalOptions& g,
+                   const std::vector<AnalysisBlock>& blocks, const BoundJob& job);
 
 }  // namespace ckv::app

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -17,7 +19,9 @@
 #include "core/error.h"
 #include "core/provenance.h"
 #include "core/sha256.h"
+#include "core/shard.h"
 #include "core/thread_pool.h"
+#include "io/batch_output.h"
 #include "io/dump_schema.h"
 #include "io/mask_schema.h"
 #include "io/records.h"
@@ -46,12 +50,14 @@ struct MaskOptions {
   int64_t sinks = 4, placebo = 0, generate = 0;
   double match_tol = 0.25;
   uint64_t seed = 0;
-  bool verify_physical = false, force = false, no_answer_space = false;
+  bool verify_physical = false, force = false, resume = false, no_answer_space = false;
   std::string out = "mask.h5", csv;
+  std::string shard;  // --shard i/N; empty: Slurm array variables, else 0/1
 };
 
 struct Prepared {
   std::string id;
+  int64_t index = 0;
   std::vector<int32_t> prompt;  // [prompt_len]
   int64_t c = 0;
   std::optional<std::string> answer;
@@ -82,6 +88,7 @@ class MaskJob {
                        "affects queries at positions >= c", who, p.c, prompt_len);
     MaskRecord rec;
     rec.id = p.id;
+    rec.index = p.index;
     rec.c = p.c;
     rec.prompt_len = prompt_len;
     rec.answer = p.answer;
@@ -173,7 +180,7 @@ class MaskJob {
       run.physical_max_abs = masked.physical_max_abs;
     }
     if (gen) {
-      Prepared p{.id = rec.id, .prompt = std::vector<int32_t>(rec.tokens.begin(), rec.tokens.begin() + rec.prompt_len),
+      Prepared p{.id = rec.id, .index = rec.index, .prompt = std::vector<int32_t>(rec.tokens.begin(), rec.tokens.begin() + rec.prompt_len),
                  .c = rec.c, .answer = rec.answer, .spans = {}};
       run.generation = generate(p, run.plan);
     }
@@ -310,40 +317,77 @@ Prepared prepare_prompt(const MaskOptions& o, const Model& model) {
   if (builtin) r.spans["answer_evidence"] = {{static_cast<int64_t>(std::string(kContext).find(" Rome")),
                                               static_cast<int64_t>(std::string(kContext).find(" Rome") + 5)}};
   RecordPrompt rp = tokenize_record(r, *model.tokenizer, o.input.chat);
-  return {.id = r.id, .prompt = std::move(rp.tokens), .c = rp.context_end, .answer = r.answer,
+  return {.id = r.id, .index = 0, .prompt = std::move(rp.tokens), .c = rp.context_end, .answer = r.answer,
           .spans = std::move(rp.token_spans)};
 }
 
+// What identifies the input for --resume and `ckv merge`: the JSONL file, the prompt
+// file or tokens file, or the prompt text with the question and answer.
+std::string input_sha256(const MaskOptions& o) {
+  if (!o.input_jsonl.empty()) return sha256_file(o.input_jsonl);
+  if (!o.input.prompt_file.empty()) return sha256_file(o.input.prompt_file);
+  if (!o.input.tokens_file.empty()) return sha256_file(o.input.tokens_file);
+  return sha256_hex(o.input.prompt + "\n" + o.question + "\n" + o.answer);
+}
+
 void run_mask(const MaskOptions& o, const GlobalOptions& g) {
+  namespace fs = std::filesystem;
   if (g.device != "cpu") fail<UnsupportedError>("--device {}: mask runs on cpu for now", g.device);
   const int sources = !o.spans.empty() + !o.span_name.empty() + !o.selection_file.empty() + !o.method.empty();
   if (sources != 1)
     fail<InputError>("mask: give exactly one of --spans, --span-name, --selection-file, --method");
   if (o.method.empty() != o.budget.empty()) fail<InputError>("mask: --method and --budget go together");
-  if (!o.force) AtomicOutput(o.out, {});
+  const Shard shard = Shard::resolve(o.shard);
+  if (!shard.is_whole() && o.input_jsonl.empty())
+    fail<InputError>("--shard {}: sharding needs a JSONL batch (--input)", shard.to_string());
+  // Refuse existing outputs before the model load and hashing; the real checks follow.
+  if (!o.force && !o.resume) {
+    AtomicOutput(o.out, {});
+    if (!o.csv.empty()) AtomicOutput(o.csv, {});
+  }
   Model model = load_model(g.model_path());
-  AtomicOutput out(o.out, {.force = o.force});
+  const std::string sha = model_sha256(model.source.path);
   Provenance prov = Provenance::capture(g.argc, g.argv, g.resolved_threads(), g.device);
   prov.set("model_path", model.source.path.string());
-  prov.set("input_file", o.input_jsonl);
+  prov.set("model_sha256", sha);
+  const std::string input_file = !o.input_jsonl.empty()        ? o.input_jsonl
+                                 : !o.input.prompt_file.empty() ? o.input.prompt_file
+                                                                : o.input.tokens_file;
+  prov.set("input_file", input_file);
+  prov.set("input_sha256", input_sha256(o));
+  set_shard_provenance(prov, shard, o.input_jsonl.empty() ? 1 : count_input_records(o.input_jsonl));
   nlohmann::json settings = {{"spans", o.spans}, {"span_name", o.span_name}, {"selection_file", o.selection_file}, {"method", o.method}, {"budget", o.budget},
                              {"layers", o.layers}, {"heads", o.heads}, {"sinks", o.sinks}, {"placebo", o.placebo},
                              {"match_tol", o.match_tol}, {"seed", o.seed}, {"generate", o.generate},
                              {"verify_physical", o.verify_physical}};
-  MaskFile file = MaskFile::create(out.partial_path(), prov, settings);
-  std::ofstream csv;
-  if (!o.csv.empty()) {
-    csv.open(o.csv, std::ios::binary | std::ios::trunc);
-    if (!csv) fail<IoError>("{}: cannot write the CSV", o.csv);
-    write_mask_csv_header(csv);
+  if (o.resume) {
+    // Check the file before AtomicOutput moves a finished one back to the partial name.
+    const fs::path partial = AtomicOutput::partial_path_for(o.out);
+    const fs::path existing = fs::exists(partial) ? partial : fs::path(o.out);
+    if (fs::exists(existing))
+      check_resumable_output(h5::File::open_read(existing),
+                             {.schema = kMaskSchema, .schema_version = kMaskSchemaVersion, .kind = "",
+                              .model_sha256 = sha, .input_sha256 = input_sha256(o), .settings = settings,
+                              .command_line = prov.command_line, .shard = shard});
   }
+  AtomicOutput out(o.out, {.force = o.force, .resume = o.resume});
+  std::optional<AtomicOutput> csv_out;
+  if (!o.csv.empty()) csv_out.emplace(o.csv, AtomicOutputOptions{.force = o.force, .resume = o.resume});
+  MaskFile file = out.continuing() ? MaskFile::resume(out.partial_path(), prov.command_line)
+                                   : MaskFile::create(out.partial_path(), prov, settings);
+  const std::set<std::string> done = file.complete_records();
   Forward fwd(model, {.threads = g.resolved_threads()});
   ThreadPool pool(g.resolved_threads());
   MaskJob job(o, model, fwd, pool);
+  int64_t written = 0, skipped = 0;
   const auto handle = [&](const Prepared& p) {
+    if (done.count(p.id)) {
+      ++skipped;
+      return;
+    }
     MaskRecord rec = job.run(p);
     file.write_record(rec);
-    if (csv.is_open()) write_mask_csv(csv, rec);
+    ++written;
     if (!g.quiet) print_summary(rec, o.verify_physical);
   };
   try {
@@ -351,22 +395,38 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
       handle(prepare_prompt(o, model));
     } else {
       if (!model.tokenizer) fail<InputError>("{}: --input needs a model with a tokenizer", model.source.path.string());
+      std::set<std::string> seen;
       RecordReader reader(o.input_jsonl);
       while (std::optional<InputRecord> r = reader.next()) {
+        if (!shard.contains(r->index)) continue;
+        if (!seen.insert(r->id).second)
+          fail<InputError>("{}:{}: record id \"{}\" appears twice", o.input_jsonl, r->line, r->id);
         RecordPrompt rp = tokenize_record(*r, *model.tokenizer, o.input.chat);
-        handle({.id = r->id, .prompt = std::move(rp.tokens), .c = rp.context_end, .answer = r->answer,
-                .spans = std::move(rp.token_spans)});
+        handle({.id = r->id, .index = r->index, .prompt = std::move(rp.tokens), .c = rp.context_end,
+                .answer = r->answer, .spans = std::move(rp.token_spans)});
       }
     }
   } catch (...) {
-    // No --resume for mask: a failed run leaves no partial file behind.
-    file.close();
-    std::filesystem::remove(out.partial_path());
+    // A run that created the file and finished no record leaves nothing to resume.
+    if (!out.continuing() && written == 0) {
+      file.close();
+      fs::remove(out.partial_path());
+    }
     throw;
   }
   file.close();
+  if (csv_out) {
+    // The CSV is regenerated from the whole file, so a resumed run writes every record's rows.
+    std::ofstream csv(csv_out->partial_path(), std::ios::binary | std::ios::trunc);
+    if (!csv) fail<IoError>("{}: cannot write the CSV", o.csv);
+    write_mask_csv_file(out.partial_path(), csv);
+    csv.close();
+    if (!csv) fail<IoError>("{}: write failed", o.csv);
+  }
   out.commit();
-  if (csv.is_open() && !csv.flush()) fail<IoError>("{}: write failed", o.csv);
+  if (csv_out) csv_out->commit();
+  if (!g.quiet && (skipped > 0 || !shard.is_whole()))
+    fmt::print("{}: {} records written, {} already complete (shard {})\n", o.out, written, skipped, shard.to_string());
 }
 
 }  // namespace
@@ -405,7 +465,10 @@ void register_mask(CLI::App& app, GlobalOptions& g) {
   cmd->add_flag("--no-answer-space", o->no_answer_space, "Do not prefix the answer with a space before tokenising");
   cmd->add_option("-o,--out", o->out, "Output HDF5 file")->capture_default_str();
   cmd->add_option("--csv", o->csv, "Tidy CSV of every measurement");
-  cmd->add_flag("--force", o->force, "Replace an existing output");
+  cmd->add_option("--shard", o->shard,
+                  "Only records with index % N == i (i/N) of --input; default: SLURM_ARRAY_TASK_ID/COUNT when set");
+  cmd->add_flag("--force", o->force, "Replace existing outputs (HDF5 and CSV)");
+  cmd->add_flag("--resume", o->resume, "Continue an interrupted output, skipping complete records");
   cmd->callback([o, &g] { run_mask(*o, g); });
 }
 

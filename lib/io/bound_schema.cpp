@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/provenance.h"
+#include "io/batch_output.h"
 
 namespace ckv {
 
@@ -34,9 +35,18 @@ BoundFile BoundFile::create(const std::filesystem::path& path, const Provenance&
   return BoundFile(std::move(file));
 }
 
+BoundFile BoundFile::resume(const std::filesystem::path& path, const std::string& resumed_by) {
+  h5::File file = h5::File::open_rw(path);
+  check_bound_schema(file);
+  note_resumed(file, resumed_by);
+  return BoundFile(std::move(file));
+}
+
+std::set<std::string> BoundFile::complete_records() const { return complete_record_ids(file_); }
+
 void BoundFile::write_record(const BoundRecord& rec) {
   if (rec.layers.empty()) fail<InputError>("bound: record \"{}\" has no layers", rec.id);
-  h5::Group g = file_.create_group("records/" + rec.id);
+  h5::Group g = begin_record_group(file_, rec.id, rec.index);
   g.set_attr_int("n", rec.n);
   g.set_attr_int("context_end", rec.c);
   g.set_attr_ints("eval_rows", rec.eval_rows);
@@ -84,8 +94,79 @@ void BoundFile::write_record(const BoundRecord& rec) {
   ds = g.create_dataset("kept_count", h5::DType::I64, {nm, nb, nl, ng});
   ds.set_dims({"method", "budget", "layer", "kv_head"});
   ds.write(counts);
-  g.set_attr_bool("complete", true);
-  file_.flush();
+  finish_record_group(file_, g);
+}
+
+void check_bound_schema(const h5::File& file) {
+  if (!file.has_attr("schema") || file.attr_string("schema") != kBoundSchema)
+    fail<FormatError>("{}: not a ckv bound/check output (no schema=\"{}\" attribute)", file.file_name(), kBoundSchema);
+  const int64_t version = file.attr_int("schema_version");
+  if (version != kBoundSchemaVersion)
+    fail<FormatError>("{}: bound schema version {}, this ckv reads version {}", file.file_name(), version,
+                      kBoundSchemaVersion);
+}
+
+namespace {
+
+// The inverse of BoundFile::write_record.
+BoundRecord read_record(const h5::Group& g, const std::string& id) {
+  BoundRecord rec;
+  rec.id = id;
+  rec.index = g.has_attr("index") ? g.attr_int("index") : 0;
+  rec.n = g.attr_int("n");
+  rec.c = g.attr_int("context_end");
+  rec.eval_rows = g.attr_ints("eval_rows");
+  rec.budgets = g.attr_ints("budgets");
+  rec.layer_ids = g.attr_ints("layers");
+  const h5::Dataset ds = g.open_dataset("metrics");  // [method, budget, layer, head, query, metric]
+  const h5::Dataset mask_ds = g.open_dataset("kept_mask");  // [method, budget, layer, kv_head, pos]
+  const std::vector<int64_t>& s = ds.shape();
+  if (s.size() != 6 || s[5] != kMetricCount || s[2] != static_cast<int64_t>(rec.layer_ids.size()) ||
+      mask_ds.shape().size() != 5)
+    fail<FormatError>("{}: metrics or kept_mask of an unexpected shape", g.where());
+  const int64_t nm = s[0], nb = s[1], nl = s[2], nh = s[3], nq = s[4], nk = s[5];
+  const int64_t ng = mask_ds.shape()[3], c = mask_ds.shape()[4];
+  const std::vector<double> metrics = ds.read<double>();
+  const std::vector<uint8_t> kept = mask_ds.read<uint8_t>();
+  const std::vector<int64_t> counts = g.open_dataset("kept_count").read<int64_t>();
+  for (int64_t l = 0; l < nl; ++l) {
+    LayerResult r;
+    r.n_method = nm, r.n_budget = nb, r.n_head = nh, r.n_query = nq, r.n_kv_head = ng, r.c = c;
+    r.metrics.resize(static_cast<size_t>(nm * nb * nh * nq));
+    r.kept_mask.resize(static_cast<size_t>(nm * nb * ng * c));
+    r.kept_count.resize(static_cast<size_t>(nm * nb * ng));
+    for (int64_t m = 0; m < nm; ++m)
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t mbl = (m * nb + b) * nl + l, mb = m * nb + b;
+        for (int64_t h = 0; h < nh; ++h)
+          for (int64_t q = 0; q < nq; ++q)
+            std::copy_n(metrics.begin() + ((mbl * nh + h) * nq + q) * nk, nk,
+                        r.metrics[static_cast<size_t>((mb * nh + h) * nq + q)].begin());
+        for (int64_t gi = 0; gi < ng; ++gi) {
+          r.kept_count[static_cast<size_t>(mb * ng + gi)] = counts[static_cast<size_t>(mbl * ng + gi)];
+          std::copy_n(kept.begin() + (mbl * ng + gi) * c, c, r.kept_mask.begin() + (mb * ng + gi) * c);
+        }
+      }
+    rec.layers.push_back(std::move(r));
+  }
+  return rec;
+}
+
+}  // namespace
+
+BoundHeader read_bound_records(const std::filesystem::path& path,
+                               const std::function<void(const BoundHeader&, const BoundRecord&)>& on_record) {
+  const h5::File f = h5::File::open_read(path);
+  check_bound_schema(f);
+  BoundHeader h;
+  h.kind = f.attr_string("kind");
+  h.labels = f.attr_strings(h.kind == "check" ? "alphas" : "methods");
+  h.settings = f.attr_json("settings");
+  h.provenance = attrs_as_json(f, {"schema", "schema_version", "kind", "methods", "alphas", "metrics", "settings"});
+  const std::vector<std::string> ids = complete_records_in_input_order(f);
+  h.records = static_cast<int64_t>(ids.size());
+  for (const std::string& id : ids) on_record(h, read_record(f.open_group("records/" + id), id));
+  return h;
 }
 
 void write_bound_csv_header(std::ostream& out) {

@@ -2,9 +2,15 @@
 // Outputs of `ckv bound` and `ckv check` (schema "ckv.bound" version 1, docs/BOUND.md):
 // an HDF5 file with the full arrays, written record by record, and the tidy CSV rows
 // (one per record/method/budget/layer/head, the mean over evaluation queries).
+//
+// The HDF5 file is the source of truth: the CSV and JSON summary are regenerated from it
+// (read_bound_records) once it is complete, so a resumed run and a merge of shards give
+// the same CSV and JSON as one uninterrupted run.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,6 +29,7 @@ inline constexpr int64_t kBoundSchemaVersion = 1;
 // One record's results: layers[i] is layer layer_ids[i].
 struct BoundRecord {
   std::string id;
+  int64_t index = 0;                // position in the input (record i -> shard i mod N)
   int64_t n = 0, c = 0;
   std::vector<int64_t> eval_rows;   // [query]
   std::vector<int64_t> budgets;     // [budget] kept entries per KV head
@@ -39,6 +46,10 @@ class BoundFile {
   static BoundFile create(const std::filesystem::path& path, const Provenance& provenance,
                           const std::string& kind, const std::vector<std::string>& labels,
                           const nlohmann::json& settings);
+  // Reopens an interrupted file (check_resumable_output first) and notes the resume.
+  static BoundFile resume(const std::filesystem::path& path, const std::string& resumed_by);
+  std::set<std::string> complete_records() const;
+  // Replaces an unfinished group of the same id; `complete` is written last.
   void write_record(const BoundRecord& record);
   void close() { file_.close(); }
 
@@ -46,6 +57,22 @@ class BoundFile {
   explicit BoundFile(h5::File file) : file_(std::move(file)) {}
   h5::File file_;
 };
+
+// Throws FormatError unless the file is a ckv.bound of kBoundSchemaVersion.
+void check_bound_schema(const h5::File& file);
+
+// What the summaries need of a bound file besides its records.
+struct BoundHeader {
+  std::string kind;                 // "bound" or "check"
+  std::vector<std::string> labels;  // methods, or alphas for check
+  nlohmann::json settings;
+  nlohmann::ordered_json provenance;  // the root's other attributes
+  int64_t records = 0;              // complete records
+};
+// Reads the header, then calls `on_record` for each complete record in input order (one
+// record in memory at a time): the records exactly as write_record got them.
+BoundHeader read_bound_records(const std::filesystem::path& path,
+                               const std::function<void(const BoundHeader&, const BoundRecord&)>& on_record);
 
 // Tidy CSV. `labels` are the method names (bound) or alpha values (check).
 void write_bound_csv_header(std::ostream& out);

@@ -1,9 +1,12 @@
 #include "io/mask_schema.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/provenance.h"
+#include "io/batch_output.h"
 
 namespace ckv {
 
@@ -18,13 +21,9 @@ void put(h5::Group& g, const std::string& name, h5::DType type, const std::vecto
 }
 
 // [n_layer, ...] from one vector per layer, picked by `field`.
-template <typename F>
-std::vector<double> stack(const RunMetrics& m, F field) {
+std::vector<double> stack(const RunMetrics& m, std::vector<double> LayerMaskMetrics::*field) {
   std::vector<double> out;
-  for (const LayerMaskMetrics& l : m.layers) {
-    const std::vector<double>& v = field(l);
-    out.insert(out.end(), v.begin(), v.end());
-  }
+  for (const LayerMaskMetrics& l : m.layers) out.insert(out.end(), (l.*field).begin(), (l.*field).end());
   return out;
 }
 
@@ -41,26 +40,26 @@ void write_generation(h5::Group& g, const std::string& prefix, const Generation&
   if (gen.has_answer) g.set_attr_bool(prefix + "_has_answer", *gen.has_answer);
 }
 
-using Field = const std::vector<double>& (*)(const LayerMaskMetrics&);
 struct Named {
   const char* name;
-  Field field;
+  std::vector<double> LayerMaskMetrics::*field;
   bool per_head;
 };
 // Every per-row measurement, with the name it has in the HDF5 file and the CSV.
 const std::vector<Named>& row_fields() {
+  using M = LayerMaskMetrics;
   static const std::vector<Named> f = {
-      {"resid_l1", [](const LayerMaskMetrics& l) -> const std::vector<double>& { return l.resid_l1; }, false},
-      {"resid_l2", [](const LayerMaskMetrics& l) -> const std::vector<double>& { return l.resid_l2; }, false},
-      {"head_l1", [](const LayerMaskMetrics& l) -> const std::vector<double>& { return l.head_l1; }, true},
-      {"head_l2", [](const LayerMaskMetrics& l) -> const std::vector<double>& { return l.head_l2; }, true},
-      {"retained", [](const LayerMaskMetrics& l) -> const std::vector<double>& { return l.retained; }, true},
-      {"sink_mass_full", [](const LayerMaskMetrics& l) -> const std::vector<double>& { return l.sink_full; }, true},
-      {"sink_mass_raw", [](const LayerMaskMetrics& l) -> const std::vector<double>& { return l.sink_raw; }, true},
-      {"sink_mass_corrected", [](const LayerMaskMetrics& l) -> const std::vector<double>& { return l.sink_corrected; }, true},
-      {"content_mass_full", [](const LayerMaskMetrics& l) -> const std::vector<double>& { return l.content_full; }, true},
-      {"content_mass_raw", [](const LayerMaskMetrics& l) -> const std::vector<double>& { return l.content_raw; }, true},
-      {"content_mass_corrected", [](const LayerMaskMetrics& l) -> const std::vector<double>& { return l.content_corrected; }, true},
+      {"resid_l1", &M::resid_l1, false},
+      {"resid_l2", &M::resid_l2, false},
+      {"head_l1", &M::head_l1, true},
+      {"head_l2", &M::head_l2, true},
+      {"retained", &M::retained, true},
+      {"sink_mass_full", &M::sink_full, true},
+      {"sink_mass_raw", &M::sink_raw, true},
+      {"sink_mass_corrected", &M::sink_corrected, true},
+      {"content_mass_full", &M::content_full, true},
+      {"content_mass_raw", &M::content_raw, true},
+      {"content_mass_corrected", &M::content_corrected, true},
   };
   return f;
 }
@@ -79,8 +78,27 @@ MaskFile MaskFile::create(const std::filesystem::path& path, const Provenance& p
   return f;
 }
 
+MaskFile MaskFile::resume(const std::filesystem::path& path, const std::string& resumed_by) {
+  MaskFile f;
+  f.file_ = h5::File::open_rw(path);
+  check_mask_schema(f.file_);
+  note_resumed(f.file_, resumed_by);
+  return f;
+}
+
+std::set<std::string> MaskFile::complete_records() const { return complete_record_ids(file_); }
+
+void check_mask_schema(const h5::File& file) {
+  if (!file.has_attr("schema") || file.attr_string("schema") != kMaskSchema)
+    fail<FormatError>("{}: not a ckv mask output (no schema=\"{}\" attribute)", file.file_name(), kMaskSchema);
+  const int64_t version = file.attr_int("schema_version");
+  if (version != kMaskSchemaVersion)
+    fail<FormatError>("{}: mask schema version {}, this ckv reads version {}", file.file_name(), version,
+                      kMaskSchemaVersion);
+}
+
 void MaskFile::write_record(const MaskRecord& r) {
-  h5::Group g = file_.create_group("records/" + r.id);
+  h5::Group g = begin_record_group(file_, r.id, r.index);
   const auto n_eval = static_cast<int64_t>(r.eval_rows.size());
   const auto n_layer = static_cast<int64_t>(r.sinks.s_attn.size());
   const int64_t n_head = n_layer > 0 ? r.sinks.s_attn[0].dim(0) : 0;
@@ -90,6 +108,9 @@ void MaskFile::write_record(const MaskRecord& r) {
   if (r.logp_answer_full) g.set_attr_double("logp_answer_full", *r.logp_answer_full);
   if (r.generation_full) write_generation(g, "generation_full", *r.generation_full);
   if (!r.placebo.is_null()) g.set_attr_json("placebo", r.placebo);
+  std::vector<std::string> run_names;
+  for (const MaskRun& run : r.runs) run_names.push_back(run.name);
+  g.set_attr_strings("runs", run_names);  // the runs' order (the group lists them by name)
   put(g, "tokens", h5::DType::I32, {static_cast<int64_t>(r.tokens.size())}, r.tokens, {"pos"});
   put(g, "eval_rows", h5::DType::I64, {n_eval}, r.eval_rows, {"eval"});
   put(g, "s_attn", h5::DType::F32, {n_layer, n_head, r.c}, flatten(r.sinks.s_attn), {"layer", "head", "pos"});
@@ -125,15 +146,13 @@ void MaskFile::write_record(const MaskRecord& r) {
       else
         put(rg, f.name, h5::DType::F64, {n_layer, n_eval}, stack(run.metrics, f.field), {"layer", "eval"});
     }
-    put(rg, "delta_theta", h5::DType::F64, {n_layer, n_head},
-        stack(run.metrics, [](const LayerMaskMetrics& l) -> const std::vector<double>& { return l.delta_theta; }),
+    put(rg, "delta_theta", h5::DType::F64, {n_layer, n_head}, stack(run.metrics, &LayerMaskMetrics::delta_theta),
         {"layer", "head"});
     std::vector<double> renorm;
     for (const LayerMaskMetrics& l : run.metrics.layers) renorm.push_back(l.renorm_max_err);
     put(rg, "renorm_max_err", h5::DType::F64, {n_layer}, renorm, {"layer"});
   }
-  g.set_attr_bool("complete", true);
-  file_.flush();
+  finish_record_group(file_, g);
 }
 
 void write_mask_csv_header(std::ostream& out) { out << "record,run,layer,head,position,metric,value\n"; }
@@ -148,7 +167,7 @@ void write_mask_csv(std::ostream& out, const MaskRecord& r) {
       const LayerMaskMetrics& m = run.metrics.layers[l];
       const auto L = static_cast<int64_t>(l);
       for (const Named& f : row_fields()) {
-        const std::vector<double>& v = f.field(m);
+        const std::vector<double>& v = m.*f.field;
         for (size_t i = 0; i < v.size(); ++i) {
           const auto head = f.per_head ? static_cast<int64_t>(i) / n_eval : -1;
           line(run.name, L, head, r.eval_rows[i % static_cast<size_t>(n_eval)], f.name, v[i]);
@@ -169,6 +188,73 @@ void write_mask_csv(std::ostream& out, const MaskRecord& r) {
     if (run.generation && run.generation->has_answer)
       line(run.name, -1, -1, -1, "generation_has_answer", *run.generation->has_answer ? 1 : 0);
   }
+}
+
+namespace {
+
+template <typename T>
+std::optional<T> optional_attr(const h5::Group& g, const char* name, T (h5::Object::*get)(std::string_view) const) {
+  if (!g.has_attr(name)) return std::nullopt;
+  return (g.*get)(name);
+}
+
+// The runs in the order write_record wrote them (files before the `runs` attribute: the
+// target, then the placebos by number).
+std::vector<std::string> run_names(const h5::Group& g) {
+  if (g.has_attr("runs")) return g.attr_strings("runs");
+  std::vector<std::string> names = g.open_group("runs").children();
+  auto rank = [](const std::string& n) {
+    return n == "target" ? -1 : n.starts_with("placebo") ? std::stoll(n.substr(7)) : INT64_MAX;
+  };
+  std::stable_sort(names.begin(), names.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
+  return names;
+}
+
+// What write_mask_csv reads of a record, from its group (the eviction plans, spans and sink
+// scores are not read back).
+MaskRecord read_for_csv(const h5::Group& g, const std::string& id) {
+  MaskRecord r;
+  r.id = id;
+  r.c = g.attr_int("context_end");
+  r.prompt_len = g.attr_int("prompt_tokens");
+  r.eval_rows = g.open_dataset("eval_rows").read<int64_t>();
+  r.logp_answer_full = optional_attr<double>(g, "logp_answer_full", &h5::Object::attr_double);
+  for (const std::string& name : run_names(g)) {
+    const h5::Group rg = g.open_group("runs/" + name);
+    MaskRun run;
+    run.name = name;
+    const auto n_layer = rg.open_dataset("renorm_max_err").shape().at(0);
+    run.metrics.layers.resize(static_cast<size_t>(n_layer));
+    auto split = [&](const char* dataset, std::vector<double> LayerMaskMetrics::*field) {
+      const std::vector<double> all = rg.open_dataset(dataset).read<double>();
+      const size_t per = all.size() / static_cast<size_t>(std::max<int64_t>(n_layer, 1));
+      for (size_t l = 0; l < run.metrics.layers.size(); ++l)
+        run.metrics.layers[l].*field = std::vector<double>(all.begin() + static_cast<long>(l * per),
+                                                           all.begin() + static_cast<long>((l + 1) * per));
+    };
+    for (const Named& f : row_fields()) split(f.name, f.field);
+    split("delta_theta", &LayerMaskMetrics::delta_theta);
+    run.metrics.delta_theta_total = rg.attr_double("delta_theta_total");
+    run.next.kl = rg.attr_double("kl");
+    run.next.top1_agree = rg.attr_bool("top1_agree");
+    run.logp_answer = optional_attr<double>(rg, "logp_answer", &h5::Object::attr_double);
+    run.ratio = optional_attr<double>(rg, "delta_theta_ratio", &h5::Object::attr_double);
+    run.physical_max_diff = optional_attr<double>(rg, "physical_max_diff", &h5::Object::attr_double);
+    if (rg.has_attr("generation_has_answer")) run.generation = Generation{.tokens = {}, .text = {},
+                                                                          .has_answer = rg.attr_bool("generation_has_answer")};
+    r.runs.push_back(std::move(run));
+  }
+  return r;
+}
+
+}  // namespace
+
+void write_mask_csv_file(const std::filesystem::path& mask_h5, std::ostream& out) {
+  const h5::File f = h5::File::open_read(mask_h5);
+  check_mask_schema(f);
+  write_mask_csv_header(out);
+  for (const std::string& id : complete_records_in_input_order(f))
+    write_mask_csv(out, read_for_csv(f.open_group("records/" + id), id));
 }
 
 }  // namespace ckv

@@ -1,10 +1,14 @@
 #pragma once
 // The outputs of `ckv mask` (schema "ckv.mask", version 1; docs/MASK.md documents every
 // object): one HDF5 file with a group per record and, inside it, a group per run (the
-// target eviction and each placebo), plus a tidy CSV (one measurement per line).
+// target eviction and each placebo), plus a tidy CSV (one measurement per line). The CSV
+// of a file is regenerated from it (write_mask_csv_file), so a resumed run and a merge of
+// shards give the CSV of one uninterrupted run.
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,6 +48,7 @@ struct MaskRun {
 
 struct MaskRecord {
   std::string id;
+  int64_t index = 0;               // position in the input (record i -> shard i mod N)
   std::vector<int32_t> tokens;     // [seq] prompt (+ answer tokens when scored)
   int64_t c = 0, prompt_len = 0;   // context end; prompt length (next-token row = prompt_len-1)
   std::vector<int64_t> eval_rows;  // [n_eval]
@@ -59,6 +64,10 @@ class MaskFile {
  public:
   static MaskFile create(const std::filesystem::path& path, const Provenance& prov,
                          const nlohmann::json& settings);
+  // Reopens an interrupted file (check_resumable_output first) and notes the resume.
+  static MaskFile resume(const std::filesystem::path& path, const std::string& resumed_by);
+  std::set<std::string> complete_records() const;
+  // Replaces an unfinished group of the same id; `complete` is written last.
   void write_record(const MaskRecord& record);
   void close() { file_.close(); }
 
@@ -70,5 +79,11 @@ class MaskFile {
 // is not per head / per position; layer -1 for end-of-model values).
 void write_mask_csv_header(std::ostream& out);
 void write_mask_csv(std::ostream& out, const MaskRecord& record);
+// The header and the rows of every complete record of a mask file, in input order: what
+// write_mask_csv wrote for them (the values are read back from the file).
+void write_mask_csv_file(const std::filesystem::path& mask_h5, std::ostream& out);
+
+// Throws FormatError unless the file is a ckv.mask of kMaskSchemaVersion.
+void check_mask_schema(const h5::File& file);
 
 }  // namespace ckv

@@ -14,8 +14,11 @@
 #include "core/error.h"
 #include "core/provenance.h"
 #include "core/sha256.h"
+#include "io/batch_output.h"
+#include "io/bound_schema.h"
 #include "io/dump_schema.h"
 #include "io/h5.h"
+#include "io/mask_schema.h"
 #include "io/records.h"
 
 namespace ckv {
@@ -23,9 +26,9 @@ namespace fs = std::filesystem;
 namespace {
 
 // Root attributes that must be equal in every shard (command_line is compared separately).
-constexpr const char* kSameAttrs[] = {"schema",        "schema_version", "ckv_version", "git_commit",
-                                      "model_sha256",  "settings",       "input_sha256", "input_records",
-                                      "shard_count",   "chat",           "dtype"};
+constexpr const char* kSameAttrs[] = {"schema",       "schema_version", "kind",          "ckv_version",
+                                      "git_commit",   "model_sha256",   "settings",      "input_sha256",
+                                      "input_records", "shard_count",   "chat",          "dtype"};
 
 std::string attr_text(const h5::Object& o, const char* name) {
   if (!o.has_attr(name)) return "(absent)";
@@ -126,7 +129,7 @@ std::vector<std::string> split_shell_words(const std::string& s) {
 }
 
 std::vector<std::string> shard_invariant_command(const std::string& command_line) {
-  static const std::set<std::string> with_value = {"--shard", "-o", "--out", "-t", "--threads"};
+  static const std::set<std::string> with_value = {"--shard", "-o", "--out", "--csv", "-t", "--threads"};
   static const std::set<std::string> flags = {"--resume", "--force", "-q", "--quiet", "--progress",
                                               "-v", "--verbose"};
   const std::vector<std::string> words = split_shell_words(command_line);
@@ -157,13 +160,24 @@ void check_same_shard(const h5::Object& root, const Shard& shard, const fs::path
                      had.to_string(), shard.to_string(), had.to_string());
 }
 
-MergeReport merge_dumps(const fs::path& out, const std::vector<fs::path>& paths, const MergeOptions& options) {
+std::string mergeable_schema(const h5::File& file) {
+  const std::string schema = file.has_attr("schema") ? file.attr_string("schema") : "";
+  if (schema == kDumpSchema) check_dump_schema(file);
+  else if (schema == kBoundSchema) check_bound_schema(file);
+  else if (schema == kMaskSchema) check_mask_schema(file);
+  else
+    fail<FormatError>("{}: not a shard output of ckv dump, bound, check or mask (schema \"{}\")", file.file_name(),
+                      schema.empty() ? "(absent)" : schema);
+  return schema;
+}
+
+MergeReport merge_shards(const fs::path& out, const std::vector<fs::path>& paths, const MergeOptions& options) {
   if (paths.empty()) fail<InputError>("ckv merge: no shard files given");
   AtomicOutput output(out, {.force = options.force});
   std::vector<ShardFile> shards;
   for (const fs::path& p : paths) {
     ShardFile s{p, h5::File::open_read(p), {}, {}};
-    check_dump_schema(s.file);
+    mergeable_schema(s.file);
     s.shard = recorded_shard(s.file);
     shards.push_back(std::move(s));
   }
@@ -186,6 +200,8 @@ MergeReport merge_dumps(const fs::path& out, const std::vector<fs::path>& paths,
   }
 
   MergeReport report;
+  report.schema = first.file.attr_string("schema");
+  report.kind = first.file.has_attr("kind") ? first.file.attr_string("kind") : "";
   report.input_records = first.file.attr_int("input_records");
   std::map<int64_t, std::vector<size_t>> holders;  // record index -> shards holding it complete
   std::map<int64_t, std::string> id_of;
@@ -193,7 +209,7 @@ MergeReport merge_dumps(const fs::path& out, const std::vector<fs::path>& paths,
   for (size_t k = 0; k < shards.size(); ++k) {
     ShardFile& s = shards[k];
     seen_shards.insert(s.shard.index);
-    const std::set<std::string> complete = complete_dump_records(s.file);
+    const std::set<std::string> complete = complete_record_ids(s.file);
     if (!s.file.exists("records")) continue;
     const h5::Group records = s.file.open_group("records");
     for (const std::string& id : records.children()) {
@@ -253,6 +269,7 @@ MergeReport merge_dumps(const fs::path& out, const std::vector<fs::path>& paths,
     ++report.merged;
   }
   dst.close();
+  if (options.before_commit) options.before_commit(output.partial_path());
   output.commit();
   report.written = true;
   return report;

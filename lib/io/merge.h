@@ -1,17 +1,23 @@
 #pragma once
-// `ckv merge`: shard outputs of a batch job (one `ckv dump --shard i/N` each) into one file
-// of the same schema.
+// `ckv merge`: shard outputs of a batch job (one `ckv dump|bound|check|mask --shard i/N`
+// each) into one file of the same schema: ckv.dump, ckv.bound (kind bound or check) or
+// ckv.mask. All three hold one group /records/<id> per record with `index` and `complete`
+// (batch_output.h); the root attributes come from the first shard, /model (dumps) too.
+// The side files of a schema (bound's CSV and JSON summary) are the caller's: they are
+// regenerated from the merged file (MergeOptions::before_commit).
 //
 // Shards belong together when they have the same schema version, ckv build, model
 // (sha256), settings, input (sha256 and record count), shard count, and the same command
 // line once the flags that legitimately differ between shards are removed (--shard, -o/--out,
-// --resume, --force, -q/--quiet, --progress, -v/--verbose, -t/--threads). The merged file
+// --csv (mask's CSV path), --resume, --force, -q/--quiet, --progress, -v/--verbose,
+// -t/--threads). The merged file
 // must then hold every input record exactly once: a record index in [0, input_records)
 // that no shard holds complete is missing; a record complete in two shards (two shard files
 // of the same shard, or overlapping shards) is a duplicate. Unfinished record groups
-// (no `complete`) count as absent.
+// (no `complete`) count as absent. The kind (bound or check) must agree too.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,9 +34,14 @@ struct MergeOptions {
   bool allow_missing = false;  // write the merge even when records are missing
   bool force = false;          // replace an existing output
   std::string command_line;    // of the merge, stored in the output
+  // Called with the merged file's partial path once it is written and closed, before it is
+  // renamed to `out`: writes the schema's side files (which then commit after it).
+  std::function<void(const std::filesystem::path&)> before_commit;
 };
 
 struct MergeReport {
+  std::string schema;                      // of the shards: "ckv.dump", "ckv.bound", "ckv.mask"
+  std::string kind;                        // root attribute `kind` when present ("bound", "check")
   int64_t input_records = 0;
   int64_t merged = 0;                      // records written
   std::vector<int64_t> missing;            // record indices held complete by no shard
@@ -43,10 +54,14 @@ struct MergeReport {
 
 // Checks the shards and writes `out` (atomically) unless records are missing (without
 // allow_missing) or duplicated. Throws InputError naming the first shard that does not
-// belong with the first one and what differs; FormatError for a file that is not a dump.
-MergeReport merge_dumps(const std::filesystem::path& out,
-                        const std::vector<std::filesystem::path>& shards,
-                        const MergeOptions& options);
+// belong with the first one and what differs; FormatError for a file of none of the
+// schemas above (or of another version).
+MergeReport merge_shards(const std::filesystem::path& out,
+                         const std::vector<std::filesystem::path>& shards,
+                         const MergeOptions& options);
+
+// The schema ("ckv.dump", ...) of a file `ckv merge` can merge; FormatError otherwise.
+std::string mergeable_schema(const h5::File& file);
 
 // The command line (as Provenance stores it, shell-quoted) split into words with argv[0]
 // and the per-shard flags listed above removed: what must agree between shards.

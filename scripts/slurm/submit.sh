@@ -5,6 +5,12 @@
 #   scripts/slurm/submit.sh [OPTIONS] -- SUBCOMMAND [ARGS...]
 #   scripts/slurm/submit.sh -n 8 -d run1 -- dump -m model.gguf --input niah.jsonl --layers 0-3
 #   scripts/slurm/submit.sh -n 8 -d run1 --only 3 -- dump ...   # rerun failed shard 3, merge again
+#   scripts/slurm/submit.sh -n 8 -d run2 -- bound -m model.gguf --input niah.jsonl --budgets 0.1,0.2
+#   scripts/slurm/submit.sh -n 8 -d run3 -- mask -m model.gguf --input niah.jsonl --span-name needle
+#
+# Subcommands: dump, bound, check, mask (those with --shard). Task i writes DIR/shard-<i>.h5
+# (bound/check: also shard-<i>.csv, .json); the merge writes DIR/merged.h5 (bound/check:
+# also merged.csv and merged.json, regenerated from merged.h5).
 #
 # Options:
 #   -n, --shards N      number of shards = array tasks 0..N-1 (default 4)

@@ -13,7 +13,11 @@
 #   3. submits again into a fresh folder where shard 1's output path is taken by a directory,
 #      so task 1 fails for real; checks task 0 succeeded, task 1 failed and the merge job
 #      never ran (cancelled); frees the path, reruns shard 1 alone (submit.sh --only 1),
-#      checks shard 0 was not redone and the new merge equals the reference.
+#      checks shard 0 was not redone and the new merge equals the reference;
+#   4. runs `ckv bound` over the same set in one process, submits a 2-shard array of
+#      `ckv bound --input` with its merge job, and checks the merged PREFIX.h5/.csv/.json equal
+#      the single-process ones (tests/slurm/compare_bounds.py: same records, kept entries
+#      equal, metrics to float rounding) and the merge job printed the same Table 9 summary.
 # Every daemon it started is stopped by PID on exit. Prints "SLURM TEST: PASS" or
 # "SLURM TEST: FAIL (...)"; exit 0 on success, 77 when it cannot run here (skip).
 # Environment: CKV_MODEL (default models/SmolLM2-135M-Instruct.Q4_1.gguf), CKV_SLURM_KEEP=1
@@ -30,7 +34,7 @@ skip() { echo "SLURM TEST: SKIP ($*)"; REPORTED=1; exit 77; }
 fail() { echo "SLURM TEST: FAIL ($*)"; REPORTED=1; exit 1; }
 [ -x "$ckv" ] || fail "no ckv executable at $ckv"
 top_help=$("$ckv" --help 2>&1 || true)
-for sub in dump niah merge; do
+for sub in dump bound niah merge; do
   grep -qE "^ +$sub " <<<"$top_help" || fail "$ckv has no '$sub' subcommand"
 done
 [ -f "$model" ] || fail "no model at $model (scripts/fetch_model.sh, or set CKV_MODEL)"
@@ -204,6 +208,31 @@ if /usr/bin/python3 "$root/tests/slurm/compare_dumps.py" "$W/single.h5" "$W/run2
   fail "compare_dumps.py found a single shard equal to the whole run"
 fi
 ts "run2: shard 1 rerun alone ($array_job), merge $merge_job completed; merged == single-process"
+
+# --- 4. a 2-shard `ckv bound` array + merge == one `ckv bound` process --------------------
+bargs=(bound -m "$model" --input "$W/niah.jsonl" --layers "0,29" --budgets 0.1,0.3)
+"$ckv" -q "${bargs[@]}" -t 1 -o "$W/single_bound" >"$W/single_bound.out" 2>&1 ||
+  { tail -n 5 "$W/single_bound.out"; fail "single-process ckv bound"; }
+ts "bound reference: 4 records in one process"
+submit -n 2 -d "$W/run3" -- "${bargs[@]}"
+wait_jobs 180 "$array_job" "$merge_job"
+for t in 0 1; do expect_state "run3 task $t" "$(job_state "$array_job" $t)" "COMPLETED 0:0"; done
+expect_state "run3 merge" "$(job_state "$merge_job")" "COMPLETED 0:0"
+for f in merged.h5 merged.csv merged.json shard-0.csv shard-1.json; do
+  [ -f "$W/run3/$f" ] || fail "run3: no $f"
+done
+/usr/bin/python3 "$root/tests/slurm/compare_bounds.py" "$W/single_bound" "$W/run3/merged" ||
+  fail "run3: merged bound differs from the single-process run"
+if /usr/bin/python3 "$root/tests/slurm/compare_bounds.py" "$W/single_bound" "$W/run3/shard-0" >/dev/null; then
+  fail "compare_bounds.py found a single shard equal to the whole run"
+fi
+# The console summary (Table 9 layout, kept entries) of the merge is the single run's.
+table() { awk '/^Table 9 layout/ {on = 1} / records from |^wrote / {on = 0} on && NF' "$1"; }
+table "$W/single_bound.out" >"$W/single_table.txt"
+table "$W/run3/logs/ckv-merge_${merge_job}.out" >"$W/merged_table.txt"
+[ -s "$W/single_table.txt" ] || fail "run3: the single-process run printed no Table 9 summary"
+diff "$W/single_table.txt" "$W/merged_table.txt" >&2 || fail "run3: the merge printed another summary"
+ts "run3: bound array $array_job (2 tasks) and merge $merge_job completed; merged == single-process"
 
 stop_daemons
 ts "daemons stopped"

@@ -1,0 +1,140 @@
+#include "io/batch_output.h"
+
+#include <algorithm>
+#include <fstream>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "core/provenance.h"
+#include "io/merge.h"
+
+namespace ckv {
+namespace fs = std::filesystem;
+
+int64_t count_input_records(const fs::path& jsonl) {
+  std::ifstream in(jsonl, std::ios::binary);
+  if (!in) fail<InputError>("{}: cannot read the input", jsonl.string());
+  int64_t n = 0;
+  for (std::string line; std::getline(in, line);)
+    if (line.find_first_not_of(" \t\r") != std::string::npos) ++n;
+  return n;
+}
+
+void set_shard_provenance(Provenance& prov, const Shard& shard, int64_t input_records) {
+  prov.set("shard", shard.to_string());
+  prov.set("shard_index", shard.index);
+  prov.set("shard_count", shard.count);
+  prov.set("input_records", input_records);
+}
+
+void check_resumable_output(const h5::File& f, const ResumeExpectation& e) {
+  const std::string name = f.file_name();
+  if (!f.has_attr("schema") || f.attr_string("schema") != e.schema)
+    fail<FormatError>("{}: --resume: not a {} file (no schema=\"{}\" attribute)", name, e.schema, e.schema);
+  if (f.attr_int("schema_version") != e.schema_version)
+    fail<FormatError>("{}: --resume: schema version {}, this ckv writes version {}", name,
+                      f.attr_int("schema_version"), e.schema_version);
+  auto text = [&](const char* key) { return f.has_attr(key) ? f.attr_string(key) : std::string("(absent)"); };
+  if (!e.kind.empty() && text("kind") != e.kind)
+    fail<InputError>("{}: --resume of a `ckv {}` output with `ckv {}`", name, text("kind"), e.kind);
+  if (text("model_sha256") != e.model_sha256)
+    fail<InputError>("{}: --resume with another model (the file's model sha256 is {}, --model's is {})", name,
+                     text("model_sha256"), e.model_sha256);
+  if (text("input_sha256") != e.input_sha256)
+    fail<InputError>("{}: --resume with another input (the file's input sha256 is {}, now {})", name,
+                     text("input_sha256"), e.input_sha256);
+  const nlohmann::json stored = f.has_attr("settings") ? f.attr_json("settings") : nlohmann::json::object();
+  if (stored != e.settings) {
+    std::string key = "(the set of settings)";
+    for (const auto& [k, v] : e.settings.items())
+      if (!stored.contains(k) || stored[k] != v) {
+        key = k;
+        break;
+      }
+    fail<InputError>("{}: --resume with different settings: {} was {}, now {}", name, key,
+                     stored.value(key, nlohmann::json()).dump(), e.settings.value(key, nlohmann::json()).dump());
+  }
+  const std::vector<std::string> had = shard_invariant_command(text("command_line"));
+  const std::vector<std::string> now = shard_invariant_command(e.command_line);
+  if (had != now)
+    fail<InputError>("{}: --resume with another command (beyond shard and output flags): '{}' was '{}'", name,
+                     fmt::join(now, " "), fmt::join(had, " "));
+  check_same_shard(f, e.shard, name);
+}
+
+void note_resumed(h5::File& f, const std::string& command_line) {
+  nlohmann::json resumed = f.has_attr("resumed") ? f.attr_json("resumed") : nlohmann::json::array();
+  resumed.push_back({{"command_line", command_line}, {"at", iso8601_utc_now()}});
+  f.set_attr_json("resumed", resumed);
+}
+
+std::set<std::string> complete_record_ids(const h5::File& f) {
+  std::set<std::string> done;
+  if (!f.is_group("records")) return done;
+  const h5::Group records = f.open_group("records");
+  for (const std::string& id : records.children()) {
+    const h5::Group r = records.open_group(id);
+    if (r.has_attr("complete") && r.attr_bool("complete")) done.insert(id);
+  }
+  return done;
+}
+
+std::vector<std::string> complete_records_in_input_order(const h5::File& f) {
+  std::vector<std::pair<int64_t, std::string>> order;
+  for (const std::string& id : complete_record_ids(f)) {
+    const h5::Group r = f.open_group("records/" + id);
+    order.emplace_back(r.has_attr("index") ? r.attr_int("index") : 0, id);
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<std::string> ids;
+  for (auto& [index, id] : order) ids.push_back(std::move(id));
+  return ids;
+}
+
+h5::Group begin_record_group(h5::File& f, const std::string& id, int64_t index) {
+  h5::Group records = f.require_group("records");
+  if (records.exists(id)) records.remove(id);  // unfinished: rewritten whole
+  h5::Group g = records.create_group(id);
+  g.set_attr_int("index", index);
+  return g;
+}
+
+void finish_record_group(h5::File& f, h5::Group& record) {
+  f.flush();  // every dataset on disk before the flag that says so
+  record.set_attr_bool("complete", true);
+  f.flush();
+}
+
+nlohmann::ordered_json attrs_as_json(const h5::Object& o, const std::set<std::string>& skip) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const std::string& name : o.attr_names()) {
+    if (skip.count(name)) continue;
+    h5::Handle a(H5Aopen(o.id(), name.c_str(), H5P_DEFAULT));
+    h5::Handle type(a.valid() ? H5Aget_type(a.id()) : H5I_INVALID_HID);
+    h5::Handle space(a.valid() ? H5Aget_space(a.id()) : H5I_INVALID_HID);
+    if (!type.valid() || !space.valid()) fail<FormatError>("{}: cannot read attribute \"{}\"", o.where(), name);
+    const bool scalar = H5Sget_simple_extent_ndims(space.id()) == 0;
+    switch (H5Tget_class(type.id())) {
+      case H5T_STRING:
+        if (scalar) out[name] = o.attr_string(name);
+        else out[name] = o.attr_strings(name);
+        break;
+      case H5T_INTEGER:
+        if (scalar) out[name] = o.attr_int(name);
+        else out[name] = o.attr_ints(name);
+        break;
+      case H5T_FLOAT:
+        if (scalar) out[name] = o.attr_double(name);
+        else out[name] = o.attr_doubles(name);
+        break;
+      case H5T_ENUM: out[name] = o.attr_bool(name); break;
+      default: out[name] = nullptr;
+    }
+  }
+  return out;
+}
+
+}  // namespace ckv

@@ -1,0 +1,66 @@
+#pragma once
+// What the record-by-record batch outputs (`ckv bound`, `ckv check`, `ckv mask`; the dump
+// has its own copy in dump_schema) share for sharding, --resume and `ckv merge`:
+//
+//   /                 attrs: schema, schema_version, provenance incl. model_sha256,
+//                     input_sha256, shard ("i/N"), shard_index, shard_count, input_records,
+//                     settings (JSON), resumed (JSON list, after a --resume)
+//   /records/<id>     attrs: index (0-based position in the input), ..., complete (written
+//                     last, after a flush of every dataset of the record)
+//
+// A record group without `complete` is unfinished (the run was killed inside it): --resume
+// rewrites it whole and `ckv merge` passes over it.
+#include <cstdint>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/shard.h"
+#include "io/h5.h"
+
+namespace ckv {
+
+struct Provenance;
+
+// Non-blank lines of a JSONL batch: the records RecordReader numbers 0..n-1.
+int64_t count_input_records(const std::filesystem::path& jsonl);
+
+// Stores the shard identity and the size of the whole input (what `ckv merge` checks).
+void set_shard_provenance(Provenance& provenance, const Shard& shard, int64_t input_records);
+
+// What a --resume run must find unchanged in the file it continues.
+struct ResumeExpectation {
+  std::string schema;        // "ckv.bound"
+  int64_t schema_version = 0;
+  std::string kind;          // root attribute `kind` ("bound", "check"); empty: not checked
+  std::string model_sha256;
+  std::string input_sha256;
+  nlohmann::json settings;   // the root attribute `settings`
+  std::string command_line;  // compared without the per-shard flags (shard_invariant_command)
+  Shard shard;
+};
+// Throws FormatError for another schema or version, InputError (one line naming the file
+// and the first difference) for another kind, model, input, settings, command or shard.
+void check_resumable_output(const h5::File& file, const ResumeExpectation& expected);
+// Appends {command_line, at} to the root's "resumed" list.
+void note_resumed(h5::File& file, const std::string& command_line);
+
+// Ids of the record groups whose `complete` attribute is true.
+std::set<std::string> complete_record_ids(const h5::File& file);
+// Complete record ids ordered by their `index` attribute (ties and files without it: by
+// id): the input order, whatever order the records were written or merged in.
+std::vector<std::string> complete_records_in_input_order(const h5::File& file);
+
+// /records/<id>, first removing an unfinished group of that id; sets `index`.
+h5::Group begin_record_group(h5::File& file, const std::string& id, int64_t index);
+// Flushes the record's datasets, then writes `complete` and flushes again.
+void finish_record_group(h5::File& file, h5::Group& record);
+
+// The root attributes as JSON (strings, numbers, bools and their arrays as such), except
+// those named in `skip`: the provenance block of a summary regenerated from the file.
+nlohmann::ordered_json attrs_as_json(const h5::Object& object, const std::set<std::string>& skip = {});
+
+}  // namespace ckv
