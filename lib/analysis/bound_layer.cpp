@@ -1,8 +1,13 @@
+// GCC 12 reports false -Wmaybe-uninitialized inside its AVX-512 intrinsics when inlining
+// Eigen products (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "analysis/bound_layer.h"
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <span>
 
 #include "analysis/oracle.h"
 #include "core/error.h"
@@ -43,76 +48,107 @@ std::vector<int64_t> evaluation_rows(int64_t c, int64_t n) {
   return rows;
 }
 
-SelectionInputs selection_inputs(const LayerTensors& t, const LayerRequest& r, bool need_snapkv,
-                                 bool need_h2o) {
+namespace {
+
+constexpr int64_t kRowChunk = 64;  // attention rows per GEMM for the window and h2o sums
+
+// Keys of KV head g in double, [len, d_head]: shared by the rows of one query head.
+MatrixD keys_double(const LayerTensors& t, const Dims& d, int64_t g, int64_t len) {
+  return ConstMatrixMap(kv_head(*t.k, d, g), len, d.d_head).cast<double>();
+}
+
+// Attention rows of query head h at positions `rows` (attention_rows), [rows, max+1].
+MatrixD head_attention(const LayerTensors& t, const Dims& d, const MatrixD& kd, int64_t h,
+                       std::span<const int64_t> rows) {
+  MatrixD q(static_cast<int64_t>(rows.size()), d.d_head);  // [rows, d_head]
+  for (size_t i = 0; i < rows.size(); ++i)
+    q.row(static_cast<int64_t>(i)) = ConstMatrixMap(q_row(t, d, h, rows[i]), 1, d.d_head).cast<double>();
+  return attention_rows(q, kd, rows);
+}
+
+// Σ over the query rows [first, last) of head h's attention, keys [0, cols).
+Eigen::RowVectorXd summed_attention(const LayerTensors& t, const Dims& d, const MatrixD& kd,
+                                    int64_t h, int64_t first, int64_t last, int64_t cols) {
+  Eigen::RowVectorXd sum = Eigen::RowVectorXd::Zero(cols);
+  std::vector<int64_t> rows;
+  for (int64_t r0 = first; r0 < last; r0 += kRowChunk) {
+    rows.clear();
+    for (int64_t p = r0; p < std::min(last, r0 + kRowChunk); ++p) rows.push_back(p);
+    const MatrixD a = head_attention(t, d, kd, h, rows);
+    const int64_t w = std::min(cols, a.cols());
+    sum.head(w) += a.leftCols(w).colwise().sum();
+  }
+  return sum;
+}
+
+void for_each(ThreadPool* pool, int64_t count, const std::function<void(int64_t)>& task) {
+  if (pool) pool->parallel_for(count, task);
+  else for (int64_t i = 0; i < count; ++i) task(i);
+}
+
+// selection_inputs, also handing back each query head's evaluation attention rows
+// ([n_head] of [n_query, max(eval_rows)+1]) when `eval` is given.
+SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool need_snapkv,
+                             bool need_h2o, ThreadPool* pool, std::vector<MatrixD>* eval) {
   const Dims d = dims_of(t);
   const int64_t c = r.c;
+  const int64_t w = r.params.window, prefix = c - w;
+  if (need_snapkv && w >= c) fail<InputError>("--window {}: not shorter than the context of {} tokens", w, c);
+  if (r.eval_rows.empty()) fail<InputError>("bound: no evaluation query");
+  const int64_t len = std::max(c, *std::max_element(r.eval_rows.begin(), r.eval_rows.end()) + 1);
+  const auto n_query = static_cast<double>(r.eval_rows.size());
+  ScoreMatrix attn(d.n_head, c), nu(d.n_head, c), pooled, acc;
+  if (need_snapkv) pooled.resize(d.n_head, prefix);
+  if (need_h2o) acc.resize(d.n_head, c);
+  if (eval) eval->assign(static_cast<size_t>(d.n_head), MatrixD());
+  for_each(pool, d.n_head, [&](int64_t h) {
+    const MatrixD kd = keys_double(t, d, h / d.group, len);  // [len, d_head]
+    MatrixD a = head_attention(t, d, kd, h, r.eval_rows);     // [n_query, max(eval_rows)+1]
+    attn.row(h) = a.leftCols(c).colwise().sum() / n_query;
+    if (eval) (*eval)[static_cast<size_t>(h)] = std::move(a);
+    for (int64_t i = 0; i < c; ++i) nu(h, i) = t.nu_l1->data()[h * d.seq + i];
+    // MATH.md §4 snapkv / kvpress SnapKVPress.score: the window's attention over the keys
+    // before it, averaged over window rows, pooled.
+    if (need_snapkv)
+      pooled.row(h) = pool_row(summed_attention(t, d, kd, h, prefix, c, prefix) / static_cast<double>(w),
+                               r.params.kernel, r.params.pool);
+    // h2o: accumulated attention of the last h2o_rows context queries (as the paper emulates H2O).
+    if (need_h2o)
+      acc.row(h) = summed_attention(t, d, kd, h, std::max<int64_t>(0, c - r.params.h2o_rows), c, c);
+  });
   SelectionInputs in;
   in.c = c;
   in.n_kv_head = d.n_kv_head;
-  ScoreMatrix attn = ScoreMatrix::Zero(d.n_head, c), nu(d.n_head, c);
-  for (int64_t h = 0; h < d.n_head; ++h) {
-    const float* k = kv_head(*t.k, d, h / d.group);
-    for (int64_t p : r.eval_rows) {
-      const std::vector<double> a = attention_row(q_row(t, d, h, p), k, d.d_head, p);
-      for (int64_t i = 0; i < c && i <= p; ++i) attn(h, i) += a[static_cast<size_t>(i)];
-    }
-    for (int64_t i = 0; i < c; ++i) nu(h, i) = t.nu_l1->data()[h * d.seq + i];
-  }
-  attn /= static_cast<double>(r.eval_rows.size());
   in.attn = reduce_groups(attn, d.n_kv_head, r.params.gqa_reduce);
   // kvpress CriticalKVPress: the group mean of the query heads' nu (or max on request).
   in.nu = reduce_groups(nu, d.n_kv_head, r.params.gqa_reduce);
-
   if (need_snapkv) {
-    // MATH.md §4 snapkv / kvpress SnapKVPress.score: the window's attention over the keys
-    // before it, averaged over window rows, pooled, group-reduced; the window padded with
-    // the layer's maximum + 1.
-    const int64_t w = r.params.window;
-    if (w >= c) fail<InputError>("--window {}: not shorter than the context of {} tokens", w, c);
-    const int64_t prefix = c - w;
-    ScoreMatrix pooled(d.n_head, prefix);
-    for (int64_t h = 0; h < d.n_head; ++h) {
-      Eigen::RowVectorXd mean = Eigen::RowVectorXd::Zero(prefix);
-      for (int64_t p = prefix; p < c; ++p) {
-        const std::vector<double> a = attention_row(q_row(t, d, h, p), kv_head(*t.k, d, h / d.group), d.d_head, p);
-        for (int64_t i = 0; i < prefix; ++i) mean[i] += a[static_cast<size_t>(i)];
-      }
-      mean /= static_cast<double>(w);
-      pooled.row(h) = pool_row(mean, r.params.kernel, r.params.pool);
-    }
+    // Group-reduced; the window padded with the layer's maximum + 1.
     const ScoreMatrix reduced = reduce_groups(pooled, d.n_kv_head, r.params.gqa_reduce);
     const double pad = (prefix > 0 ? reduced.maxCoeff() : 0.0) + 1.0;
     in.snapkv = ScoreMatrix::Constant(d.n_kv_head, c, pad);
     in.snapkv.leftCols(prefix) = reduced;
   }
-  if (need_h2o) {
-    // Accumulated attention of the last h2o_rows context queries (as the paper emulates H2O).
-    ScoreMatrix acc = ScoreMatrix::Zero(d.n_head, c);
-    const int64_t first = std::max<int64_t>(0, c - r.params.h2o_rows);
-    for (int64_t h = 0; h < d.n_head; ++h)
-      for (int64_t p = first; p < c; ++p) {
-        const std::vector<double> a = attention_row(q_row(t, d, h, p), kv_head(*t.k, d, h / d.group), d.d_head, p);
-        for (int64_t i = 0; i <= p; ++i) acc(h, i) += a[static_cast<size_t>(i)];
-      }
-    in.h2o = reduce_groups(acc, d.n_kv_head, r.params.gqa_reduce);
-  }
+  if (need_h2o) in.h2o = reduce_groups(acc, d.n_kv_head, r.params.gqa_reduce);
   in.file_kept = r.file_kept;
   return in;
+}
+
+}  // namespace
+
+SelectionInputs selection_inputs(const LayerTensors& t, const LayerRequest& r, bool need_snapkv,
+                                 bool need_h2o, ThreadPool* pool) {
+  return layer_inputs(t, r, need_snapkv, need_h2o, pool, nullptr);
 }
 
 LayerResult analyze_layer(const LayerTensors& t, const LayerRequest& r, ThreadPool* pool) {
   const Dims d = dims_of(t);
   const int64_t c = r.c;
   if (c <= 0 || c > d.seq) fail<InputError>("bound: context end {} outside [1, {}]", c, d.seq);
-  SelectionInputs in = selection_inputs(t, r, uses(r.methods, MethodSpec::Kind::SnapKV),
-                                        uses(r.methods, MethodSpec::Kind::H2O));
+  std::vector<MatrixD> attn;  // [n_head] of [n_query, max(eval_rows)+1]
+  SelectionInputs in = layer_inputs(t, r, uses(r.methods, MethodSpec::Kind::SnapKV),
+                                    uses(r.methods, MethodSpec::Kind::H2O), pool, &attn);
   const auto n_query = static_cast<int64_t>(r.eval_rows.size());
-  // Evaluation attention rows, [n_head][n_query][p+1].
-  std::vector<std::vector<std::vector<double>>> attn(static_cast<size_t>(d.n_head));
-  for (int64_t h = 0; h < d.n_head; ++h)
-    for (int64_t p : r.eval_rows)
-      attn[static_cast<size_t>(h)].push_back(attention_row(q_row(t, d, h, p), kv_head(*t.k, d, h / d.group), d.d_head, p));
 
   LayerResult out;
   out.n_method = static_cast<int64_t>(r.methods.size());
@@ -129,73 +165,71 @@ LayerResult analyze_layer(const LayerTensors& t, const LayerRequest& r, ThreadPo
     } else {
       const int64_t picks = *std::max_element(r.budgets.begin(), r.budgets.end());
       in.oracle_rank = ScoreMatrix::Constant(d.n_kv_head, c, -1.0);
-      auto one = [&](int64_t g) {
+      for_each(pool, d.n_kv_head, [&](int64_t g) {
         OracleInput oi{c, kv_head(*t.v, d, g), t.wo->data(), d.d_head, d.d_model, d.n_head, {}};
         for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h)
-          for (int64_t qi = 0; qi < n_query; ++qi)
-            oi.queries.push_back({h, attn[static_cast<size_t>(h)][static_cast<size_t>(qi)]});
+          for (int64_t qi = 0; qi < n_query; ++qi) {
+            const int64_t p = r.eval_rows[static_cast<size_t>(qi)];
+            const auto row = attn[static_cast<size_t>(h)].row(qi).head(p + 1);
+            oi.queries.push_back({h, std::vector<double>(row.begin(), row.end())});
+          }
         const std::vector<int64_t> order = greedy_order(oi, picks);
-        for (size_t i = 0; i < order.size(); ++i) in.oracle_rank(g, order[i]) = static_cast<double>(picks - static_cast<int64_t>(i));
-      };
-      if (pool) pool->parallel_for(d.n_kv_head, one);
-      else for (int64_t g = 0; g < d.n_kv_head; ++g) one(g);
+        for (size_t i = 0; i < order.size(); ++i)
+          in.oracle_rank(g, order[i]) = static_cast<double>(picks - static_cast<int64_t>(i));
+      });
     }
   }
 
-  // Selections, [method, budget].
-  std::vector<Selection> selections;
-  out.kept_mask.assign(static_cast<size_t>(out.n_method * out.n_budget * d.n_kv_head * c), 0);
-  out.kept_count.assign(static_cast<size_t>(out.n_method * out.n_budget * d.n_kv_head), 0);
-  for (int64_t m = 0; m < out.n_method; ++m)
-    for (int64_t b = 0; b < out.n_budget; ++b) {
-      const MethodSpec& method = r.methods[static_cast<size_t>(m)];
-      const bool skip = method.leaf().kind == MethodSpec::Kind::Oracle && out.oracle_skipped;
-      selections.push_back(skip ? Selection{} : select(method, in, r.budgets[static_cast<size_t>(b)], r.params));
-      const Selection& s = selections.back();
-      for (int64_t g = 0; g < d.n_kv_head && !skip; ++g) {
-        const int64_t base = (m * out.n_budget + b) * d.n_kv_head + g;
-        out.kept_count[static_cast<size_t>(base)] = static_cast<int64_t>(s.kept[static_cast<size_t>(g)].size());
-        for (int64_t i : s.kept[static_cast<size_t>(g)]) out.kept_mask[static_cast<size_t>(base * c + i)] = 1;
-      }
+  // Selections, [method, budget]; each is independent of the others.
+  const int64_t n_sel = out.n_method * out.n_budget;
+  std::vector<Selection> selections(static_cast<size_t>(n_sel));
+  std::vector<char> skipped(static_cast<size_t>(n_sel), 0);
+  for_each(pool, n_sel, [&](int64_t mb) {
+    const MethodSpec& method = r.methods[static_cast<size_t>(mb / out.n_budget)];
+    skipped[static_cast<size_t>(mb)] = method.leaf().kind == MethodSpec::Kind::Oracle && out.oracle_skipped;
+    if (!skipped[static_cast<size_t>(mb)])
+      selections[static_cast<size_t>(mb)] =
+          select(method, in, r.budgets[static_cast<size_t>(mb % out.n_budget)], r.params);
+  });
+  out.kept_mask.assign(static_cast<size_t>(n_sel * d.n_kv_head * c), 0);
+  out.kept_count.assign(static_cast<size_t>(n_sel * d.n_kv_head), 0);
+  for (int64_t mb = 0; mb < n_sel; ++mb) {
+    if (skipped[static_cast<size_t>(mb)]) continue;
+    const Selection& s = selections[static_cast<size_t>(mb)];
+    for (int64_t g = 0; g < d.n_kv_head; ++g) {
+      const int64_t base = mb * d.n_kv_head + g;
+      out.kept_count[static_cast<size_t>(base)] = static_cast<int64_t>(s.kept[static_cast<size_t>(g)].size());
+      for (int64_t i : s.kept[static_cast<size_t>(g)]) out.kept_mask[static_cast<size_t>(base * c + i)] = 1;
     }
+  }
 
-  out.metrics.assign(static_cast<size_t>(out.n_method * out.n_budget * d.n_head * n_query), MetricRow{});
-  auto one_head = [&](int64_t h) {
+  out.metrics.assign(static_cast<size_t>(n_sel * d.n_head * n_query), MetricRow{});
+  for_each(pool, d.n_head, [&](int64_t h) {
     const int64_t g = h / d.group;
-    for (int64_t m = 0; m < out.n_method; ++m)
-      for (int64_t b = 0; b < out.n_budget; ++b) {
-        const Selection& s = selections[static_cast<size_t>(m * out.n_budget + b)];
-        for (int64_t qi = 0; qi < n_query; ++qi) {
-          MetricRow& row = out.metrics[static_cast<size_t>(((m * out.n_budget + b) * d.n_head + h) * n_query + qi)];
-          if (s.kept.empty()) {
-            row.fill(std::numeric_limits<double>::quiet_NaN());
-            continue;
-          }
-          const std::vector<double>& a = attn[static_cast<size_t>(h)][static_cast<size_t>(qi)];
-          const auto n = a.size();
-          std::vector<char> keep(n, 0), stage1(n, 0);
-          for (size_t i = static_cast<size_t>(c); i < n; ++i) keep[i] = stage1[i] = 1;
-          for (int64_t i : s.kept[static_cast<size_t>(g)]) if (static_cast<size_t>(i) < n) keep[static_cast<size_t>(i)] = 1;
-          for (int64_t i : s.stage1[static_cast<size_t>(g)]) if (static_cast<size_t>(i) < n) stage1[static_cast<size_t>(i)] = 1;
-          HeadQueryInput hq;
-          hq.attn = a;
-          hq.keep = keep;
-          hq.stage1 = stage1;
-          hq.nu_l1 = std::span<const float>(t.nu_l1->data() + h * d.seq, static_cast<size_t>(d.seq));
-          hq.nu_l2 = std::span<const float>(t.nu_l2->data() + h * d.seq, static_cast<size_t>(d.seq));
-          hq.v = kv_head(*t.v, d, g);
-          hq.wo = t.wo->data();
-          hq.d_head = d.d_head;
-          hq.d_model = d.d_model;
-          hq.n_head = d.n_head;
-          hq.head = h;
-          hq.kept = static_cast<int64_t>(s.kept[static_cast<size_t>(g)].size());
-          row = perturbation(hq);
-        }
+    HeadTensors ht;
+    ht.v = kv_head(*t.v, d, g);
+    ht.wo = t.wo->data();
+    ht.d_head = d.d_head;
+    ht.d_model = d.d_model;
+    ht.n_head = d.n_head;
+    ht.head = h;
+    ht.nu_l1 = std::span<const float>(t.nu_l1->data() + h * d.seq, static_cast<size_t>(d.seq));
+    ht.nu_l2 = std::span<const float>(t.nu_l2->data() + h * d.seq, static_cast<size_t>(d.seq));
+    const HeadEval e(ht, attn[static_cast<size_t>(h)], r.eval_rows, c);
+    attn[static_cast<size_t>(h)] = MatrixD();  // HeadEval holds its own copy
+    std::vector<HeadSelection> todo;
+    for (int64_t mb = 0; mb < n_sel; ++mb) {
+      const std::span<MetricRow> rows(out.metrics.data() + (mb * d.n_head + h) * n_query,
+                                      static_cast<size_t>(n_query));
+      if (skipped[static_cast<size_t>(mb)]) {
+        for (MetricRow& row : rows) row.fill(std::numeric_limits<double>::quiet_NaN());
+        continue;
       }
-  };
-  if (pool) pool->parallel_for(d.n_head, one_head);
-  else for (int64_t h = 0; h < d.n_head; ++h) one_head(h);
+      const Selection& s = selections[static_cast<size_t>(mb)];
+      todo.push_back({s.kept[static_cast<size_t>(g)], s.stage1[static_cast<size_t>(g)], rows});
+    }
+    e.metrics(todo);
+  });
   return out;
 }
 

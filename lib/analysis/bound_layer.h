@@ -3,7 +3,9 @@
 // the scores of every selection method (MATH.md §4), the selections per KV head at every
 // budget, and the perturbation metrics (MATH.md §3) per query head and evaluation query.
 // Nothing n x n is built: only the attention rows a method needs (evaluation queries,
-// the snapkv window, the h2o rows) are computed, one at a time.
+// the snapkv window, the h2o rows) are computed, per query head, at most 64 rows (or the
+// evaluation queries) per GEMM. The evaluation rows are computed once and shared by the
+// selection scores and every method's and budget's metrics (HeadEval).
 //
 // The evictable entries are the context [0, c); the evaluation queries are positions
 // >= c (the question) or, with no question, the last token. The attention of an
@@ -56,9 +58,9 @@ struct LayerResult {
 std::vector<int64_t> evaluation_rows(int64_t c, int64_t n);
 
 // Scores of every leaf method (attn, snapkv, h2o, nu) for the layer. Throws InputError when
-// the snapkv window is not shorter than the context.
+// the snapkv window is not shorter than the context. With a pool, heads run in parallel.
 SelectionInputs selection_inputs(const LayerTensors& t, const LayerRequest& request,
-                                 bool need_snapkv, bool need_h2o);
+                                 bool need_snapkv, bool need_h2o, ThreadPool* pool = nullptr);
 
 LayerResult analyze_layer(const LayerTensors& t, const LayerRequest& request,
                           ThreadPool* pool = nullptr);

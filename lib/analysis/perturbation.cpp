@@ -1,84 +1,136 @@
+// GCC 12 reports false -Wmaybe-uninitialized inside its AVX-512 intrinsics when inlining
+// Eigen products (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "analysis/perturbation.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "core/tensor.h"
+
 namespace ckv {
 
-std::vector<double> attention_row(const float* q, const float* k, int64_t d_head, int64_t p) {
-  std::vector<double> a(static_cast<size_t>(p + 1));
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d_head));
-  double top = -std::numeric_limits<double>::infinity();
-  for (int64_t i = 0; i <= p; ++i) {
-    double dot = 0;
-    const float* ki = k + i * d_head;
-    for (int64_t j = 0; j < d_head; ++j) dot += static_cast<double>(q[j]) * ki[j];
-    a[static_cast<size_t>(i)] = dot * scale;
-    top = std::max(top, dot * scale);
+MatrixD attention_rows(const Eigen::Ref<const MatrixD>& q, const Eigen::Ref<const MatrixD>& k,
+                       std::span<const int64_t> pos) {
+  const int64_t r = q.rows();
+  const int64_t len = r == 0 ? 0 : *std::max_element(pos.begin(), pos.end()) + 1;
+  MatrixD a(r, len);  // [r, len]
+  a.noalias() = q * k.topRows(len).transpose();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.cols()));
+  for (int64_t i = 0; i < r; ++i) {
+    const int64_t n = pos[static_cast<size_t>(i)] + 1;
+    auto row = a.row(i).head(n).array();
+    row *= scale;
+    row = (row - row.maxCoeff()).exp();
+    row /= row.sum();
+    a.row(i).tail(len - n).setZero();
   }
-  double sum = 0;
-  for (double& x : a) sum += (x = std::exp(x - top));
-  for (double& x : a) x /= sum;
   return a;
 }
 
-MetricRow perturbation(const HeadQueryInput& in) {
-  const auto n = static_cast<int64_t>(in.attn.size());
-  const int64_t d = in.d_head;
-  MetricRow m{};
-  // S, S1 and the sums of Theorems 3.3-C.1 in one pass (MATH.md §3).
-  double retained = 0, stage1 = 0, kept_value = 0, kept_value_l2 = 0, value = 0, value_l2 = 0;
-  double nu_min = std::numeric_limits<double>::infinity(), nu_min_l2 = nu_min;
-  for (int64_t i = 0; i < n; ++i) {
-    const auto u = static_cast<size_t>(i);
-    const double a = in.attn[u], n1 = in.nu_l1[u], n2 = in.nu_l2[u];
-    value += a * n1;
-    value_l2 += a * n2;
-    nu_min = std::min(nu_min, n1);
-    nu_min_l2 = std::min(nu_min_l2, n2);
-    if (in.stage1[u]) stage1 += a;
-    if (in.keep[u]) {
-      retained += a;
-      kept_value += a * n1;
-      kept_value_l2 += a * n2;
+std::vector<double> attention_row(const float* q, const float* k, int64_t d_head, int64_t p) {
+  const MatrixD qd = ConstMatrixMap(q, 1, d_head).cast<double>();      // [1, d_head]
+  const MatrixD kd = ConstMatrixMap(k, p + 1, d_head).cast<double>();  // [p+1, d_head]
+  const int64_t pos[] = {p};
+  const MatrixD a = attention_rows(qd, kd, pos);
+  return {a.data(), a.data() + a.size()};
+}
+
+HeadEval::HeadEval(const HeadTensors& t, const MatrixD& attn, std::vector<int64_t> pos, int64_t c)
+    : t_(t), attn_t_(attn.transpose()), pos_(std::move(pos)) {
+  const int64_t nq = attn.rows(), len = attn.cols(), d = t.d_head;
+  const int64_t q0 = std::min(c, len), n_question = len - q0;
+  const ConstMatrixMap wo(t.wo, t.d_model, t.n_head * d);
+  w_ = wo.middleCols(t.head * d, d).transpose().cast<double>();       // [d_head, d_model]
+  v_ = ConstMatrixMap(t.v, len, d).cast<double>();                    // [len, d_head]
+  const Eigen::VectorXd nu1 = ConstVectorMap(t.nu_l1.data(), len).cast<double>();  // [len]
+  const Eigen::VectorXd nu2 = ConstVectorMap(t.nu_l2.data(), len).cast<double>();
+  av_.noalias() = attn * v_;
+  question_av_.noalias() = attn.rightCols(n_question) * v_.bottomRows(n_question);
+  value_.noalias() = attn * nu1;
+  value_l2_.noalias() = attn * nu2;
+  q_mass_ = attn.rightCols(n_question).rowwise().sum();
+  q_value_.noalias() = attn.rightCols(n_question) * nu1.tail(n_question);
+  q_value_l2_.noalias() = attn.rightCols(n_question) * nu2.tail(n_question);
+  nu_min_.resize(nq);
+  nu_min_l2_.resize(nq);
+  for (int64_t i = 0; i < nq; ++i) {
+    const int64_t n = pos_[static_cast<size_t>(i)] + 1;  // the query's keys [0, p]
+    nu_min_[i] = nu1.head(n).minCoeff();
+    nu_min_l2_[i] = nu2.head(n).minCoeff();
+  }
+}
+
+void HeadEval::metrics(std::span<const HeadSelection> selections) const {
+  const int64_t nq = n_query(), d = t_.d_head, n_sel = static_cast<int64_t>(selections.size());
+  MatrixD u(n_sel * nq, d);  // [selection, n_query, d_head] (A - A') V
+  MatrixD ak, vk;            // [kept, n_query] A of the kept entries, [kept, d_head] their values
+  Eigen::VectorXd nk1, nk2;  // [kept] their nu
+  for (int64_t si = 0; si < n_sel; ++si) {
+    const HeadSelection& sel = selections[static_cast<size_t>(si)];
+    const auto b = static_cast<int64_t>(sel.kept.size());
+    ak.resize(b, nq);
+    vk.resize(b, d);
+    nk1.resize(b);
+    nk2.resize(b);
+    for (int64_t j = 0; j < b; ++j) {
+      const int64_t i = sel.kept[static_cast<size_t>(j)];
+      ak.row(j) = attn_t_.row(i);
+      vk.row(j) = v_.row(i);
+      nk1[j] = t_.nu_l1[static_cast<size_t>(i)];
+      nk2[j] = t_.nu_l2[static_cast<size_t>(i)];
+    }
+    const Eigen::VectorXd retained = ak.colwise().sum().transpose() + q_mass_;  // S
+    Eigen::VectorXd stage1_mass = q_mass_;                                      // S1
+    for (int64_t i : sel.stage1) stage1_mass += attn_t_.row(i).transpose();
+    const Eigen::VectorXd kept_value = ak.transpose() * nk1 + q_value_;
+    const Eigen::VectorXd kept_value_l2 = ak.transpose() * nk2 + q_value_l2_;
+    // u = (A - A') V = A V - (N ⊙ A) V / S; nothing kept leaves o' = 0.
+    auto us = u.middleRows(si * nq, nq);
+    us.noalias() = ak.transpose() * vk;
+    us += question_av_;
+    for (int64_t i = 0; i < nq; ++i)
+      us.row(i) = retained[i] > 0 ? (av_.row(i) - us.row(i) / retained[i]).eval() : av_.row(i);
+    for (int64_t i = 0; i < nq; ++i) {
+      const double s = retained[i], f = 2.0 - 1.0 / s, f1 = 2.0 - 1.0 / stage1_mass[i];
+      MetricRow& m = sel.out[static_cast<size_t>(i)];
+      m[kTheta] = value_[i] - f * kept_value[i];
+      m[kThetaHat] = value_[i] - f1 * kept_value[i];
+      m[kThetaRel] = value_[i] - f1 * nu_min_[i] * s;
+      m[kThetaL2] = value_l2_[i] - f * kept_value_l2[i];
+      m[kThetaHatL2] = value_l2_[i] - f1 * kept_value_l2[i];
+      m[kThetaRelL2] = value_l2_[i] - f1 * nu_min_l2_[i] * s;
+      m[kRetained] = s;
+      m[kStage1Mass] = stage1_mass[i];
+      m[kValueMass] = value_[i];
+      m[kValueMassL2] = value_l2_[i];
+      m[kNuMin] = nu_min_[i];
+      m[kNuMinL2] = nu_min_l2_[i];
+      m[kKept] = static_cast<double>(b);
     }
   }
-  // o - o' = ((A - A') V) W_h with A'_i = N_i A_i / S (Theorem 3.2): first the d_head
-  // vector u = (A - A') V, then W_h^T u, d_head * d_model.
-  Eigen::VectorXd diff_v = Eigen::VectorXd::Zero(d);  // [d_head]
+  const MatrixD diff = u * w_;  // [selection, n_query, d_model] o - o'
+  for (int64_t si = 0; si < n_sel; ++si)
+    for (int64_t i = 0; i < nq; ++i) {
+      MetricRow& m = selections[static_cast<size_t>(si)].out[static_cast<size_t>(i)];
+      m[kL1] = diff.row(si * nq + i).lpNorm<1>();
+      m[kL2] = diff.row(si * nq + i).norm();
+    }
+}
+
+MetricRow perturbation(const HeadQueryInput& in) {
+  // The flags carry the question entries, so the whole row counts as evictable here.
+  const auto n = static_cast<int64_t>(in.attn.size());
+  std::vector<int64_t> kept, stage1;
   for (int64_t i = 0; i < n; ++i) {
-    const auto u = static_cast<size_t>(i);
-    const double delta = in.attn[u] - (in.keep[u] && retained > 0 ? in.attn[u] / retained : 0.0);
-    if (delta == 0) continue;
-    const float* vi = in.v + i * d;
-    for (int64_t j = 0; j < d; ++j) diff_v[j] += delta * vi[j];
+    if (in.keep[static_cast<size_t>(i)]) kept.push_back(i);
+    if (in.stage1[static_cast<size_t>(i)]) stage1.push_back(i);
   }
-  double l1 = 0, l2 = 0;
-  const int64_t stride = in.n_head * d;
-  for (int64_t r = 0; r < in.d_model; ++r) {
-    const float* w = in.wo + r * stride + in.head * d;  // row r of W_h^T
-    double x = 0;
-    for (int64_t j = 0; j < d; ++j) x += static_cast<double>(w[j]) * diff_v[j];
-    l1 += std::abs(x);
-    l2 += x * x;
-  }
-  const double f = 2.0 - 1.0 / retained, f1 = 2.0 - 1.0 / stage1;
-  double keep_mass = retained;
-  m[kL1] = l1;
-  m[kL2] = std::sqrt(l2);
-  m[kTheta] = value - f * kept_value;
-  m[kThetaHat] = value - f1 * kept_value;
-  m[kThetaRel] = value - f1 * nu_min * keep_mass;
-  m[kThetaL2] = value_l2 - f * kept_value_l2;
-  m[kThetaHatL2] = value_l2 - f1 * kept_value_l2;
-  m[kThetaRelL2] = value_l2 - f1 * nu_min_l2 * keep_mass;
-  m[kRetained] = retained;
-  m[kStage1Mass] = stage1;
-  m[kValueMass] = value;
-  m[kValueMassL2] = value_l2;
-  m[kNuMin] = nu_min;
-  m[kNuMinL2] = nu_min_l2;
+  const HeadEval e(in, Eigen::Map<const MatrixD>(in.attn.data(), 1, n), {n - 1}, n);
+  MetricRow m{};
+  const HeadSelection sel{kept, stage1, {&m, 1}};
+  e.metrics({&sel, 1});
   m[kKept] = static_cast<double>(in.kept);
   return m;
 }

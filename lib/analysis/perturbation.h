@@ -11,6 +11,11 @@
 // for the L1 norm (nu = L1 row norms of P = V W_h) and the L2 norm (Appendix C.3).
 // Keys are [0, p] for a query at position p. Entries at positions >= c (the question) are
 // never evicted; they count in S and, being always kept with the stage-1 set, in S1.
+//
+// All evaluation queries of a head are handled at once, and what no selection changes
+// (A V, C, nu_min, the question's share) is computed once per head (HeadEval) and shared by
+// every method and budget. With A'_i = N_i A_i / S, (A - A') V = A V - (N ⊙ A) V / S, so a
+// selection costs only its kept rows: n_query x kept x d_head, then n_query x d_head x d_model.
 #include <array>
 #include <cstdint>
 #include <span>
@@ -38,18 +43,59 @@ inline constexpr std::array<const char*, kMetricCount> kMetricNames = {
     "S", "S1", "C", "C_l2", "nu_min", "nu_min_l2", "kept"};
 using MetricRow = std::array<double, kMetricCount>;
 
-// Softmax(q K^T / sqrt(d)) over keys [0, p]: q [d_head], k [seq, d_head] (row-major).
+// Causal softmax(q K^T / sqrt(d)) of the queries q [r, d_head] at positions pos [r] over
+// the keys k [>= max(pos)+1, d_head]: [r, max(pos)+1], row i zero past pos[i]. One GEMM.
+MatrixD attention_rows(const Eigen::Ref<const MatrixD>& q, const Eigen::Ref<const MatrixD>& k,
+                       std::span<const int64_t> pos);
+
+// One row of the above: q [d_head], k [seq, d_head] (row-major), keys [0, p]; [p+1].
 std::vector<double> attention_row(const float* q, const float* k, int64_t d_head, int64_t p);
 
-struct HeadQueryInput {
+// One query head's tensors.
+struct HeadTensors {
+  const float* v = nullptr;        // [seq, d_head] values of the head's KV head
+  const float* wo = nullptr;       // [d_model, n_head*d_head] o_proj.weight
+  int64_t d_head = 0, d_model = 0, n_head = 0, head = 0;
+  std::span<const float> nu_l1;    // [>= p+1] ‖P_i‖_1 of this query head
+  std::span<const float> nu_l2;    // [>= p+1] ‖P_i‖_2
+};
+
+// One selection's view for HeadEval::metrics: evictable positions (< c), distinct, and
+// the rows to fill, [n_query].
+struct HeadSelection {
+  std::span<const int64_t> kept, stage1;
+  std::span<MetricRow> out;
+};
+
+// The selection-independent part of one query head's evaluation queries.
+class HeadEval {
+ public:
+  // attn: [n_query, len] rows of A (attention_rows), query i at position pos[i] < len;
+  // entries in [c, len) are never evicted.
+  HeadEval(const HeadTensors& t, const MatrixD& attn, std::vector<int64_t> pos, int64_t c);
+
+  int64_t n_query() const { return static_cast<int64_t>(pos_.size()); }
+
+  // Metric rows of every evaluation query for each selection (kKept = kept.size()). The
+  // selections share one GEMM with W_h.
+  void metrics(std::span<const HeadSelection> selections) const;
+
+ private:
+  HeadTensors t_;
+  MatrixD attn_t_;              // [len, n_query] A transposed: a kept entry is one row
+  std::vector<int64_t> pos_;    // [n_query]
+  MatrixD v_;                   // [len, d_head] values
+  MatrixD w_;                   // [d_head, d_model] W_h
+  MatrixD av_, question_av_;    // [n_query, d_head] A V; the question's part of it
+  // [n_query] each: C, C_l2, nu_min, nu_min_l2, and the question's Σ A, Σ A nu, Σ A nu_l2.
+  Eigen::VectorXd value_, value_l2_, nu_min_, nu_min_l2_, q_mass_, q_value_, q_value_l2_;
+};
+
+// One query from flags (the reference form, kept for tests and audits).
+struct HeadQueryInput : HeadTensors {
   std::span<const double> attn;   // [p+1] A of the evaluation query
   std::span<const char> keep;     // [p+1] N (1 kept); entries >= c must be 1
   std::span<const char> stage1;   // [p+1] the stage-1 set (entries >= c included)
-  std::span<const float> nu_l1;   // [>= p+1] ‖P_i‖_1 of this query head
-  std::span<const float> nu_l2;   // [>= p+1] ‖P_i‖_2
-  const float* v = nullptr;       // [seq, d_head] values of the head's KV head
-  const float* wo = nullptr;      // [d_model, n_head*d_head] o_proj.weight
-  int64_t d_head = 0, d_model = 0, n_head = 0, head = 0;
   int64_t kept = 0;               // kept evictable count (reported as is)
 };
 

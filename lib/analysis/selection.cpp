@@ -67,7 +67,8 @@ std::vector<int64_t> adakv_budgets(const ScoreMatrix& scores, int64_t budget, do
     for (int64_t i = 0; i < c; ++i) entries.push_back({is_safe[static_cast<size_t>(i)] != 0, scores(g, i), g, i});
   }
   const int64_t total = std::min<int64_t>(budget * h_count, h_count * c);
-  std::partial_sort(entries.begin(), entries.begin() + total, entries.end(),
+  // Only which entries are in the top `total` counts, not their order.
+  std::nth_element(entries.begin(), entries.begin() + total, entries.end(),
                     [](const Entry& a, const Entry& b) {
                       if (a.safe != b.safe) return a.safe;
                       if (a.score != b.score) return a.score > b.score;
@@ -143,9 +144,13 @@ std::vector<int64_t> top_k(const Eigen::Ref<const Eigen::RowVectorXd>& scores, i
   for (int64_t i = 0; i < scores.size(); ++i)
     if (exclude.empty() || !exclude[static_cast<size_t>(i)]) idx.push_back(i);
   k = std::clamp<int64_t>(k, 0, static_cast<int64_t>(idx.size()));
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
+  // A total order (ties by position), so the top k are one set: select it in O(c), then
+  // sort only those k.
+  const auto before = [&](int64_t a, int64_t b) {
     return scores[a] != scores[b] ? scores[a] > scores[b] : a < b;
-  });
+  };
+  std::nth_element(idx.begin(), idx.begin() + k, idx.end(), before);
+  std::sort(idx.begin(), idx.begin() + k, before);
   idx.resize(static_cast<size_t>(k));
   return idx;
 }
@@ -234,18 +239,25 @@ Selection select(const MethodSpec& method, const SelectionInputs& in, int64_t bu
     const auto gi = static_cast<size_t>(g);
     const int64_t b = budgets[gi];
     const Eigen::RowVectorXd row = scores.row(g);
+    // The top k by score in decreasing order: every smaller top set is a prefix of it.
+    auto prefix = [](const std::vector<int64_t>& top, int64_t k) {
+      return std::vector<int64_t>(top.begin(), top.begin() + std::min<int64_t>(k, static_cast<int64_t>(top.size())));
+    };
     if (!critical) {
-      out.kept[gi] = sorted(top_k(row, b));
-      out.stage1[gi] = top_k(row, share(b, params.alpha));
+      const int64_t first = share(b, params.alpha);
+      const std::vector<int64_t> top = top_k(row, std::max(b, first));
+      out.kept[gi] = sorted(prefix(top, b));
+      out.stage1[gi] = prefix(top, first);
       continue;
     }
     // Plain criticalkv floors stage 1 to one entry (kvpress CriticalKVPress); the adakv
     // composition takes int(b_g * alpha) and keeps the safeguard set with it
     // (CriticalAdaKVPress scores both with float max before stage 2).
     int64_t first = ada ? static_cast<int64_t>(static_cast<double>(b) * params.alpha) : share(b, params.alpha);
-    out.stage1[gi] = top_k(row, first);
-    const int64_t fixed = ada ? std::max<int64_t>(first, static_cast<int64_t>(safe[gi].size())) : first;
-    out.kept[gi] = two_stage(row, in.nu.row(g), top_k(row, std::min(fixed, b)), b, params.eps);
+    const int64_t fixed = std::min(b, ada ? std::max<int64_t>(first, static_cast<int64_t>(safe[gi].size())) : first);
+    const std::vector<int64_t> top = top_k(row, std::max(first, fixed));
+    out.stage1[gi] = prefix(top, first);
+    out.kept[gi] = two_stage(row, in.nu.row(g), prefix(top, fixed), b, params.eps);
   }
   return out;
 }

@@ -67,8 +67,11 @@ ValueNorms value_norms(const Tensor& v, const Tensor& wo, int64_t n_head,
       const RowMatrixD w_d = w_t.cast<double>();                     // [d_model, d_head]
       const RowMatrixD gram = w_d.transpose() * w_d;                 // [d_head, d_head]
       float* dst = out.l2.data() + i * seq;
-      for (int64_t r0 = 0; r0 < seq; r0 += block) {
-        const int64_t rows = std::min(block, seq - r0);
+      // Blocks of 64 rows keep V's block and its product with G (32 KiB each at d_head 64)
+      // in the L1/L2 cache for the second pass.
+      const int64_t gram_block = std::min<int64_t>(block, 64);
+      for (int64_t r0 = 0; r0 < seq; r0 += gram_block) {
+        const int64_t rows = std::min(gram_block, seq - r0);
         const RowMatrixD vb = vg.middleRows(r0, rows).cast<double>();  // [rows, d_head]
         const Eigen::VectorXd sq = (vb * gram).cwiseProduct(vb).rowwise().sum();
         for (int64_t r = 0; r < rows; ++r)
