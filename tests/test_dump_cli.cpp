@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "io/batch_output.h"
 #include "io/dump_schema.h"
 #include "test_dump_util.h"
 
@@ -12,6 +13,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::run_ckv;
+
+std::string tiny_model() { return (fs::path(CKV_TEST_DATA_DIR) / "models/tiny_llama_gqa").string(); }
 
 class DumpCli : public ::testing::Test {
  protected:
@@ -23,8 +26,7 @@ class DumpCli : public ::testing::Test {
   // A dump of the tiny model over 10 token ids, with extra flags.
   test::RunResult dump(const std::string& flags, const std::string& out = "out.h5") {
     return run_ckv(fmt::format("-q dump --model {} --tokens {} -t 1 -o {} {}",
-                               (fs::path(CKV_TEST_DATA_DIR) / "models/tiny_llama_gqa").string(),
-                               (dir_ / "tokens.txt").string(), (dir_ / out).string(), flags));
+                               tiny_model(), (dir_ / "tokens.txt").string(), (dir_ / out).string(), flags));
   }
   // Runs and expects failure with `needle` in the message.
   void expect_refused(const std::string& flags, const std::string& needle) {
@@ -49,8 +51,7 @@ TEST_F(DumpCli, RefusesBadSelections) {
 
 TEST_F(DumpCli, PrintsFullAttentionSizeAndWritesIt) {
   const auto r = run_ckv(fmt::format("dump --model {} --tokens {} -t 1 -o {} --attn-rows all --dtype f32",
-                                     (fs::path(CKV_TEST_DATA_DIR) / "models/tiny_llama_gqa").string(),
-                                     (dir_ / "tokens.txt").string(), (dir_ / "full.h5").string()));
+                                     tiny_model(), (dir_ / "tokens.txt").string(), (dir_ / "full.h5").string()));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // 2 layers x 4 heads x 10 x 10 x 4 bytes.
   EXPECT_NE(r.output.find("full attention 2 layers x 4 heads x 10 x 10"), std::string::npos) << r.output;
@@ -72,8 +73,7 @@ TEST_F(DumpCli, NeverOverwritesWithoutForce) {
 
 TEST_F(DumpCli, RefusesUnwritableOutput) {
   const auto r = run_ckv(fmt::format("-q dump --model {} --tokens {} -o /nonexistent_ckv_dir/x.h5",
-                                     (fs::path(CKV_TEST_DATA_DIR) / "models/tiny_llama_gqa").string(),
-                                     (dir_ / "tokens.txt").string()));
+                                     tiny_model(), (dir_ / "tokens.txt").string()));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("/nonexistent_ckv_dir"), std::string::npos) << r.output;
 }
@@ -109,8 +109,7 @@ TEST_F(DumpCli, FullDiskIsOneLineAndLeavesNothing) {
   for (int i = 1; i <= 200; ++i) tokens += std::to_string(i) + " ";
   test::write_text(dir_ / "long.txt", tokens);
   const std::string args = fmt::format("-q dump --model {} --tokens {} -t 1 -o {}",
-                                       (fs::path(CKV_TEST_DATA_DIR) / "models/tiny_llama_gqa").string(),
-                                       (dir_ / "long.txt").string(), (dir_ / "full.h5").string());
+                                       tiny_model(), (dir_ / "long.txt").string(), (dir_ / "full.h5").string());
   ASSERT_EQ(run_ckv_limited(args, 4096).exit_code, 0);  // the whole dump is about 270 KiB
   fs::remove(dir_ / "full.h5");
   for (const int kib : {0, 4, 16, 150}) {
@@ -144,7 +143,7 @@ TEST_F(DumpCli, FullDiskInALaterRecordResumes) {
   EXPECT_FALSE(fs::exists(dir_ / "out.h5"));
   {
     const h5::File partial = h5::File::open_read(dir_ / ".out.h5.partial");
-    EXPECT_EQ(complete_dump_records(partial), (std::set<std::string>{"a"}));
+    EXPECT_EQ(complete_record_ids(partial), (std::set<std::string>{"a"}));
   }
   const auto resumed = run_ckv(base + (dir_ / "out.h5").string() + " --resume");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
@@ -177,6 +176,28 @@ TEST_F(DumpCli, ResumeRefusesOtherSchemaVersionsAndSettings) {
       << r.output;
 }
 
+// The dump resumes under the checks of every batch output (check_resumable_output): an
+// input file with another sha256, or another command beyond the per-shard and output flags,
+// is refused with one line naming the file, which stays where it was.
+TEST_F(DumpCli, ResumeRefusesAnotherInputOrCommand) {
+  ASSERT_EQ(dump("").exit_code, 0);
+  test::write_text(dir_ / "tokens.txt", "1 2 3 4 5 6 7 8 9 11");
+  auto r = dump("--resume");
+  expect_one_error_line(r, "out.h5: --resume with another input (the file's input sha256 is ");
+  test::write_text(dir_ / "tokens.txt", "1 2 3 4 5 6 7 8 9 10");
+  r = dump("--resume --max-bytes 1000000");
+  expect_one_error_line(r, "out.h5: --resume with another command (beyond shard and output flags)");
+  EXPECT_NE(r.output.find("--max-bytes 1000000"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir_ / "out.h5"));
+  EXPECT_FALSE(fs::exists(dir_ / ".out.h5.partial"));
+  // Threads, quiet and timing flags are not another command.
+  r = run_ckv(fmt::format("dump --model {} --tokens {} --threads=2 -o {} --resume --timing-json {}",
+                          tiny_model(), (dir_ / "tokens.txt").string(), (dir_ / "out.h5").string(),
+                          (dir_ / "timing.json").string()));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(complete_record_ids(h5::File::open_read(dir_ / "out.h5")), (std::set<std::string>{"0"}));
+}
+
 TEST_F(DumpCli, BadJsonlLineNamesItsLineAndSkipBadGoesOn) {
   const std::string model = test::default_model_or_empty();
   if (model.empty()) GTEST_SKIP() << "default model absent";
@@ -194,7 +215,7 @@ TEST_F(DumpCli, BadJsonlLineNamesItsLineAndSkipBadGoesOn) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("in.jsonl:3"), std::string::npos) << r.output;  // the warning
   h5::File f = h5::File::open_read(dir_ / "k.h5");
-  EXPECT_EQ(complete_dump_records(f), (std::set<std::string>{"a", "c"}));
+  EXPECT_EQ(complete_record_ids(f), (std::set<std::string>{"a", "c"}));
   const h5::Group c = f.open_group("records/c");
   const int64_t n = c.attr_int("n_tokens"), ctx = c.attr_int("context_end");
   EXPECT_LT(ctx, n);  // a question follows the context

@@ -6,7 +6,7 @@
 
 #include "io/h5.h"
 #include "io/merge.h"
-#include "test_dump_util.h"
+#include "test_shard_util.h"
 
 namespace ckv {
 namespace {
@@ -15,19 +15,20 @@ using test::run_ckv;
 
 TEST(MergeCommand, DropsOnlyPerShardFlags) {
   const auto a = shard_invariant_command("/a/ckv -q dump --input 'b c.jsonl' -o s0.h5 --shard 0/4 --layers 0-1 -t 2 --resume");
-  const auto b = shard_invariant_command("/b/ckv dump --input 'b c.jsonl' --out=s1.h5 --layers 0-1 --threads=8 --force -v --csv=x.csv");
+  const auto b = shard_invariant_command("/b/ckv dump --input 'b c.jsonl' --out=s1.h5 --layers 0-1 "
+                                         "--threads=8 --force -v --csv=x.csv --timing-json t1.json");
   EXPECT_EQ(a, b);
   EXPECT_EQ(a, (std::vector<std::string>{"dump", "--input", "b c.jsonl", "--layers", "0-1"}));
   EXPECT_NE(a, shard_invariant_command("ckv dump --input 'b c.jsonl' --layers 0-2"));
   EXPECT_EQ(split_shell_words("x 'it'\"'\"'s' ''"), (std::vector<std::string>{"x", "it's", ""}));
 }
 
-class MergeTest : public ::testing::Test {
+class MergeTest : public test::DefaultModelTest {
  protected:
+  MergeTest() : DefaultModelTest("ckv_merge") {}
   void SetUp() override {
-    model_ = test::default_model_or_empty();
-    if (model_.empty()) GTEST_SKIP() << "default model not installed";
-    dir_ = test::scratch_dir("ckv_merge");
+    DefaultModelTest::SetUp();
+    if (IsSkipped()) return;
     std::string lines;
     for (int i = 0; i < 5; ++i)
       lines += fmt::format("{{\"id\": \"r{}\", \"context\": \"Item {} is a {} stone. The sky is blue.\", "
@@ -47,8 +48,6 @@ class MergeTest : public ::testing::Test {
       full += " " + (w.starts_with("-") ? w : (dir_ / w).string());
     return run_ckv(full);
   }
-  std::string model_;
-  std::filesystem::path dir_;
 };
 
 TEST_F(MergeTest, ShardsMergeToTheSingleRun) {
@@ -86,8 +85,7 @@ TEST_F(MergeTest, ShardsMergeToTheSingleRun) {
 
   // Resuming a shard under another shard identity is refused.
   r = dump("s1.h5", "--shard 0/2 --resume");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("shard"), std::string::npos) << r.output;
+  test::expect_failure(r, "shard");
 }
 
 TEST_F(MergeTest, MissingDuplicateAndForeignShardsAreRefused) {
@@ -95,8 +93,7 @@ TEST_F(MergeTest, MissingDuplicateAndForeignShardsAreRefused) {
   ASSERT_EQ(dump("s1.h5", "--shard 1/2").exit_code, 0);
 
   auto r = merge("m.h5 s0.h5");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("2 of 5 input records missing"), std::string::npos) << r.output;
+  test::expect_failure(r, "2 of 5 input records missing");
   EXPECT_NE(r.output.find("r1, r3"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir_ / "m.h5"));
   r = merge("--allow-missing m.h5 s0.h5");
@@ -104,31 +101,26 @@ TEST_F(MergeTest, MissingDuplicateAndForeignShardsAreRefused) {
   EXPECT_EQ(h5::File::open_read(dir_ / "m.h5").open_group("records").children().size(), 3u);
 
   r = merge("d.h5 s0.h5 s1.h5 s1.h5");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("more than one shard"), std::string::npos) << r.output;
+  test::expect_failure(r, "more than one shard");
   EXPECT_FALSE(std::filesystem::exists(dir_ / "d.h5"));
 
   // Another command (an extra flag that changes nothing recorded in the settings).
   ASSERT_EQ(dump("c1.h5", "--shard 1/2 --skip-bad").exit_code, 0);
   r = merge("c.h5 s0.h5 c1.h5");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("command differs"), std::string::npos) << r.output;
+  test::expect_failure(r, "command differs");
   // Other settings.
   ASSERT_EQ(dump("l1.h5", "--shard 1/2 --heads 0-3").exit_code, 0);
   r = merge("l.h5 s0.h5 l1.h5");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("settings differs"), std::string::npos) << r.output;
+  test::expect_failure(r, "settings differs");
   // Another model: the same file with another model hash.
   std::filesystem::copy_file(dir_ / "s1.h5", dir_ / "x1.h5");
   h5::File::open_rw(dir_ / "x1.h5").set_attr_string("model_sha256", std::string(64, '0'));
   r = merge("x.h5 s0.h5 x1.h5");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("model_sha256 differs"), std::string::npos) << r.output;
+  test::expect_failure(r, "model_sha256 differs");
   // A shard of a different split.
   ASSERT_EQ(dump("t1.h5", "--shard 1/3").exit_code, 0);
   r = merge("t.h5 s0.h5 t1.h5");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("shard_count differs"), std::string::npos) << r.output;
+  test::expect_failure(r, "shard_count differs");
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include "core/atomic_file.h"
-#include "io/batch_output.h"
 #include "io/merge.h"
 #include "test_shard_util.h"
 
@@ -16,16 +15,12 @@ namespace {
 namespace fs = std::filesystem;
 using test::run_ckv;
 
-class ShardBound : public ::testing::Test {
+class ShardBound : public test::DefaultModelTest {
  protected:
+  ShardBound() : DefaultModelTest("ckv_shard_bound") {}
   void SetUp() override {
-    model_ = test::default_model_or_empty();
-    if (model_.empty()) GTEST_SKIP() << "default model not installed";
-    dir_ = test::scratch_dir("ckv_shard_bound");
-    test::write_text(dir_ / "in.jsonl", test::small_batch(5, 12));
-  }
-  void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
+    DefaultModelTest::SetUp();
+    if (!IsSkipped()) test::write_text(dir_ / "in.jsonl", test::small_batch(5, 12));
   }
   // `ckv <sub>` over in.jsonl with small settings; -o PREFIX in the scratch folder.
   test::RunResult run(const std::string& sub, const std::string& prefix, const std::string& extra = "",
@@ -46,8 +41,6 @@ class ShardBound : public ::testing::Test {
     EXPECT_EQ(test::summary_without_provenance(dir_ / (a + ".json")),
               test::summary_without_provenance(dir_ / (b + ".json")));
   }
-  std::string model_;
-  fs::path dir_;
 };
 
 TEST_F(ShardBound, ShardsMergeToTheSingleRun) {
@@ -86,8 +79,7 @@ TEST_F(ShardBound, CheckShardsMergeAndKindsDoNotMix) {
 
   ASSERT_EQ(run("bound", "b1", "--shard 1/2").exit_code, 0);
   r = merge("mixed.h5", {"c0.h5", "b1.h5"});
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("kind differs"), std::string::npos) << r.output;
+  test::expect_failure(r, "kind differs");
   EXPECT_FALSE(fs::exists(dir_ / "mixed.h5"));
   EXPECT_FALSE(fs::exists(dir_ / "mixed.csv"));
 }
@@ -96,8 +88,7 @@ TEST_F(ShardBound, MergeReportsMissingDuplicateAndForeignShards) {
   ASSERT_EQ(run("bound", "s0", "--shard 0/2").exit_code, 0);
   ASSERT_EQ(run("bound", "s1", "--shard 1/2").exit_code, 0);
   auto r = merge("m.h5", {"s0.h5"});
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("2 of 5 input records missing"), std::string::npos) << r.output;
+  test::expect_failure(r, "2 of 5 input records missing");
   EXPECT_NE(r.output.find("rec1, rec3"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir_ / "m.h5"));
   EXPECT_FALSE(fs::exists(dir_ / "m.json"));
@@ -106,59 +97,45 @@ TEST_F(ShardBound, MergeReportsMissingDuplicateAndForeignShards) {
   EXPECT_EQ(test::summary_without_provenance(dir_ / "m.json")["records"], 3);
 
   r = merge("d.h5", {"s0.h5", "s1.h5", "s1.h5"});
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("more than one shard"), std::string::npos) << r.output;
+  test::expect_failure(r, "more than one shard");
 
   // Another command: the same settings, reached with a flag spelled out.
   ASSERT_EQ(run("bound", "c1", "--shard 1/2 --pool max").exit_code, 0);
   r = merge("c.h5", {"s0.h5", "c1.h5"});
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("command differs"), std::string::npos) << r.output;
+  test::expect_failure(r, "command differs");
   // Another model: the same file with another model hash.
   fs::copy_file(dir_ / "s1.h5", dir_ / "x1.h5");
   h5::File::open_rw(dir_ / "x1.h5").set_attr_string("model_sha256", std::string(64, '0'));
   r = merge("x.h5", {"s0.h5", "x1.h5"});
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("model_sha256 differs"), std::string::npos) << r.output;
+  test::expect_failure(r, "model_sha256 differs");
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
   // Another schema: a dump shard of the same input.
   r = run_ckv(fmt::format("-q dump -m {} --input {} --layers 0-1 -t 1 --shard 1/2 -o {}", model_,
                           (dir_ / "in.jsonl").string(), (dir_ / "dump1.h5").string()));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = merge("y.h5", {"s0.h5", "dump1.h5"});
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("schema differs"), std::string::npos) << r.output;
+  test::expect_failure(r, "schema differs");
 }
 
 TEST_F(ShardBound, KilledRunResumesToTheUninterruptedResult) {
   test::write_text(dir_ / "in.jsonl", test::small_batch(6, 90));
   const std::vector<std::string> args = {CKV_BINARY, "bound", "-m", model_, "--input", (dir_ / "in.jsonl").string(),
                                          "-t", "2", "-o", (dir_ / "killed").string()};
-  ASSERT_EQ(test::run_and_kill(args, 2), 2);
-  for (const char* ext : {".h5", ".csv", ".json"})
+  ASSERT_NO_FATAL_FAILURE(test::kill_after_two_records(args, dir_ / "killed.h5", 6));
+  for (const char* ext : {".csv", ".json"})
     EXPECT_FALSE(fs::exists(dir_ / (std::string("killed") + ext))) << "a killed run must not leave " << ext;
   const fs::path partial = AtomicOutput::partial_path_for(dir_ / "killed.h5");
-  ASSERT_TRUE(fs::exists(partial));
-  {
-    const auto done = complete_record_ids(h5::File::open_read(partial));
-    EXPECT_GE(done.size(), 2u);
-    EXPECT_LT(done.size(), 6u) << "killed too late to test resuming";
-  }
   // Without --resume the leftover is refused; --resume with other settings, another shard
   // or another model is refused with one line and leaves the partial file as it was.
   auto r = run_ckv(test::shell_args(args));
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("--resume"), std::string::npos) << r.output;
+  test::expect_failure(r, "--resume");
   r = run_ckv(test::shell_args(args, "--resume --budgets 0.2,0.4"));
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("different settings: budgets"), std::string::npos) << r.output;
+  test::expect_failure(r, "different settings: budgets");
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
   r = run_ckv(test::shell_args(args, "--resume --shard 1/2"));
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("written by shard 0/1"), std::string::npos) << r.output;
+  test::expect_failure(r, "written by shard 0/1");
   r = run_ckv(test::shell_args(args, "--resume --gqa-reduce max"));
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("gqa_reduce"), std::string::npos) << r.output;
+  test::expect_failure(r, "gqa_reduce");
   ASSERT_TRUE(fs::exists(partial));
 
   r = run_ckv(test::shell_args(args, "--resume"));
@@ -177,8 +154,7 @@ TEST_F(ShardBound, KilledRunResumesToTheUninterruptedResult) {
 
   // A finished output is never replaced without --force; --resume of it changes nothing.
   r = run_ckv(test::shell_args(whole));
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("output exists"), std::string::npos) << r.output;
+  test::expect_failure(r, "output exists");
   r = run_ckv(test::shell_args(whole, "--resume"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("0 records analysed, 6 already complete"), std::string::npos) << r.output;

@@ -3,9 +3,7 @@
 // uninterrupted result, and mask files carry the model and input hashes merge checks.
 #include <gtest/gtest.h>
 
-#include "core/atomic_file.h"
 #include "core/sha256.h"
-#include "io/batch_output.h"
 #include "test_shard_util.h"
 
 namespace ckv {
@@ -14,22 +12,13 @@ namespace {
 namespace fs = std::filesystem;
 using test::run_ckv;
 
-class ShardMask : public ::testing::Test {
+class ShardMask : public test::DefaultModelTest {
  protected:
-  void SetUp() override {
-    model_ = test::default_model_or_empty();
-    if (model_.empty()) GTEST_SKIP() << "default model not installed";
-    dir_ = test::scratch_dir("ckv_shard_mask");
-  }
-  void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
-  }
+  ShardMask() : DefaultModelTest("ckv_shard_mask") {}
   std::vector<std::string> args(const std::string& out, const std::string& csv) const {
     return {CKV_BINARY, "mask", "-m", model_, "--input", (dir_ / "in.jsonl").string(), "--span-name", "needle",
             "--layers", "0-3", "-t", "2", "-o", (dir_ / out).string(), "--csv", (dir_ / csv).string()};
   }
-  std::string model_;
-  fs::path dir_;
 };
 
 TEST_F(ShardMask, ShardsMergeToTheSingleRun) {
@@ -62,26 +51,16 @@ TEST_F(ShardMask, ShardsMergeToTheSingleRun) {
   r = run_ckv(test::shell_args(args("p1.h5", "p1.csv"), "--shard 1/2 --pool max"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run_ckv("merge " + (dir_ / "p.h5").string() + " " + (dir_ / "s0.h5").string() + " " + (dir_ / "p1.h5").string());
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("command differs"), std::string::npos) << r.output;
+  test::expect_failure(r, "command differs");
 }
 
 TEST_F(ShardMask, KilledRunResumesToTheUninterruptedResult) {
   test::write_text(dir_ / "in.jsonl", test::small_batch(6, 90));
   const std::vector<std::string> killed = args("killed.h5", "killed.csv");
-  ASSERT_EQ(test::run_and_kill(killed, 2), 2);
-  EXPECT_FALSE(fs::exists(dir_ / "killed.h5"));
+  ASSERT_NO_FATAL_FAILURE(test::kill_after_two_records(killed, dir_ / "killed.h5", 6));
   EXPECT_FALSE(fs::exists(dir_ / "killed.csv"));
-  const fs::path partial = AtomicOutput::partial_path_for(dir_ / "killed.h5");
-  ASSERT_TRUE(fs::exists(partial));
-  {
-    const auto done = complete_record_ids(h5::File::open_read(partial));
-    EXPECT_GE(done.size(), 2u);
-    EXPECT_LT(done.size(), 6u) << "killed too late to test resuming";
-  }
   auto r = run_ckv(test::shell_args(killed, "--resume --sinks 2"));
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("different settings: sinks"), std::string::npos) << r.output;
+  test::expect_failure(r, "different settings: sinks");
   r = run_ckv(test::shell_args(killed, "--resume"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("record \"rec0\""), std::string::npos) << "rec0 was complete:\n" << r.output;

@@ -1,6 +1,7 @@
 #pragma once
-// Helpers of the shard/resume/merge tests of bound, check and mask: a small JSONL batch, a
-// run killed after N finished records, and "the same results" for bound and mask files.
+// Helpers of the shard/resume/merge tests of dump, bound, check and mask: a fixture on the
+// default model, a small JSONL batch, a run killed after N finished records, a refused run,
+// and "the same results" for their HDF5 files.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,14 +12,43 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
+#include "io/batch_output.h"
 #include "test_dump_util.h"
 
 namespace ckv::test {
+
+// A test on the default model (skipped when it is not installed), in a fresh scratch folder
+// that is removed afterwards.
+class DefaultModelTest : public ::testing::Test {
+ protected:
+  explicit DefaultModelTest(std::string scratch) : scratch_(std::move(scratch)) {}
+  void SetUp() override {
+    model_ = default_model_or_empty();
+    if (model_.empty()) GTEST_SKIP() << "default model not installed";
+    dir_ = scratch_dir(scratch_);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+  std::string model_;
+  fs::path dir_;
+
+ private:
+  std::string scratch_;
+};
+
+// A refused run: a non-zero exit and `needle` in what it printed.
+inline void expect_failure(const RunResult& r, const std::string& needle) {
+  EXPECT_NE(r.exit_code, 0) << "expected a refusal with: " << needle;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+}
 
 // `n` records of `words` words each, with a question, an answer and a "needle" span.
 inline std::string small_batch(int n, int words) {
@@ -101,6 +131,20 @@ inline int run_and_kill(const std::vector<std::string>& args, int after) {
   ::waitpid(pid, &status, 0);
   std::fclose(in);
   return seen;
+}
+
+// Runs `args` (which write `out` and print a "record ..." line per finished record) and
+// SIGKILLs it after two records; checks that it left no `out`, only its partial file, with
+// at least 2 and fewer than `records` complete records. Call in ASSERT_NO_FATAL_FAILURE.
+inline void kill_after_two_records(const std::vector<std::string>& args, const fs::path& out,
+                                   size_t records) {
+  ASSERT_EQ(run_and_kill(args, 2), 2);
+  EXPECT_FALSE(fs::exists(out)) << "a killed run must not leave the final name " << out;
+  const fs::path partial = AtomicOutput::partial_path_for(out);
+  ASSERT_TRUE(fs::exists(partial));
+  const auto done = complete_record_ids(h5::File::open_read(partial));
+  EXPECT_GE(done.size(), 2u);
+  EXPECT_LT(done.size(), records) << "killed too late to test resuming";
 }
 
 // args[1..] as one shell command line for run_ckv.

@@ -5,7 +5,6 @@
 // runs on a second thread and this one writes (layer_queue.h), so writing overlaps the
 // computation and memory is about two layers' buffers whatever the batch size.
 #include <chrono>
-#include <fstream>
 #include <exception>
 #include <optional>
 #include <set>
@@ -23,8 +22,8 @@
 #include "core/shard.h"
 #include "core/thread_pool.h"
 #include "dump_timing.h"
+#include "io/batch_output.h"
 #include "io/dump_schema.h"
-#include "io/merge.h"
 #include "io/records.h"
 #include "layer_queue.h"
 #include "model/forward.h"
@@ -53,14 +52,6 @@ struct DumpOptions {
   int compress = 0;
   bool force = false, resume = false, skip_bad = false, verbose = false;
 };
-
-int64_t count_lines(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  int64_t n = 0;
-  for (std::string line; std::getline(in, line);)
-    if (line.find_first_not_of(" \t\r") != std::string::npos) ++n;
-  return n;
-}
 
 // Runs on the forward pass's thread: copies what it records (its buffers are reused by the
 // next layer) into the queue the main thread writes from.
@@ -268,7 +259,7 @@ RecordMeta record_meta(const DumpOptions& o, const Model& model, const InputReco
 // that cannot be written (a full disk) is removed, so the output's directory is as before.
 DumpFile open_dump(const AtomicOutput& out, const Provenance& prov, const Model& model,
                    const std::string& sha, const DumpSettings& settings) {
-  if (out.continuing()) return DumpFile::resume(out.partial_path(), sha, settings, prov.command_line);
+  if (out.continuing()) return DumpFile::resume(out.partial_path(), settings, prov.command_line);
   try {
     return DumpFile::create(out.partial_path(), prov, model, sha, settings);
   } catch (...) {
@@ -294,19 +285,6 @@ void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
   settings.layers = parse_index_list(o.layers, model.config.n_layer, "--layers");
   settings.heads = parse_index_list(o.heads, model.config.n_head, "--heads");
   const std::string sha = model_sha256(model.source.path);
-  if (o.resume) {
-    // Check the file before AtomicOutput moves a finished one back to the partial name, so
-    // a refused --resume leaves it where it was.
-    const std::filesystem::path partial = AtomicOutput::partial_path_for(o.out);
-    const std::filesystem::path existing = std::filesystem::exists(partial) ? partial : std::filesystem::path(o.out);
-    if (std::filesystem::exists(existing)) {
-      const h5::File f = h5::File::open_read(existing);
-      check_resumable(f, sha, settings);
-      check_same_shard(f, Shard::resolve(o.shard), existing);
-    }
-  }
-  AtomicOutput out(o.out, {.force = o.force, .resume = o.resume});
-
   Provenance prov = Provenance::capture(g.argc, g.argv, g.resolved_threads(), g.device);
   prov.set("model_path", model.source.path.string());
   prov.set("model_sha256", sha);
@@ -315,17 +293,21 @@ void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
   const std::string input_file = !o.input_jsonl.empty()        ? o.input_jsonl
                                  : !o.input.prompt_file.empty() ? o.input.prompt_file
                                                                 : o.input.tokens_file;
+  const std::string input_sha = !input_file.empty()      ? sha256_file(input_file)
+                                : o.input.prompt.empty() ? ""
+                                                         : sha256_hex(o.input.prompt);
   prov.set("input_file", input_file);
-  prov.set("input_sha256", input_file.empty() ? (o.input.prompt.empty() ? "" : sha256_hex(o.input.prompt))
-                                              : sha256_file(input_file));
+  prov.set("input_sha256", input_sha);
   prov.set("chat", o.input.chat);
-  // Shard identity and the size of the whole input: what `ckv merge` checks (lib/core/shard.h).
   const Shard shard = Shard::resolve(o.shard);
-  const int64_t total = o.input_jsonl.empty() ? 1 : count_lines(o.input_jsonl);
-  prov.set("shard", shard.to_string());
-  prov.set("shard_index", shard.index);
-  prov.set("shard_count", shard.count);
-  prov.set("input_records", total);
+  const int64_t total = o.input_jsonl.empty() ? 1 : count_input_records(o.input_jsonl);
+  set_shard_provenance(prov, shard, total);
+  if (o.resume)
+    check_output_to_resume(o.out, {.schema = kDumpSchema, .schema_version = kDumpSchemaVersion,
+                                   .kind = "", .model_sha256 = sha, .input_sha256 = input_sha,
+                                   .settings = settings.to_json(),
+                                   .command_line = prov.command_line, .shard = shard});
+  AtomicOutput out(o.out, {.force = o.force, .resume = o.resume});
 
   DumpFile dump = open_dump(out, prov, model, sha, settings);
   Forward forward(model, {.threads = g.resolved_threads()});

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/provenance.h"
 #include "io/merge.h"
@@ -30,13 +31,19 @@ void set_shard_provenance(Provenance& prov, const Shard& shard, int64_t input_re
   prov.set("input_records", input_records);
 }
 
+void check_schema(const h5::File& f, std::string_view schema, int64_t version,
+                  std::string_view what) {
+  if (!f.has_attr("schema") || f.attr_string("schema") != schema)
+    fail<FormatError>("{}: not a {} (no schema=\"{}\" attribute)", f.file_name(), what, schema);
+  const int64_t had = f.attr_int("schema_version");
+  if (had != version)
+    fail<FormatError>("{}: {} schema version {}, this ckv reads version {}", f.file_name(), schema,
+                      had, version);
+}
+
 void check_resumable_output(const h5::File& f, const ResumeExpectation& e) {
   const std::string name = f.file_name();
-  if (!f.has_attr("schema") || f.attr_string("schema") != e.schema)
-    fail<FormatError>("{}: --resume: not a {} file (no schema=\"{}\" attribute)", name, e.schema, e.schema);
-  if (f.attr_int("schema_version") != e.schema_version)
-    fail<FormatError>("{}: --resume: schema version {}, this ckv writes version {}", name,
-                      f.attr_int("schema_version"), e.schema_version);
+  check_schema(f, e.schema, e.schema_version, e.schema + " file");
   auto text = [&](const char* key) { return f.has_attr(key) ? f.attr_string(key) : std::string("(absent)"); };
   if (!e.kind.empty() && text("kind") != e.kind)
     fail<InputError>("{}: --resume of a `ckv {}` output with `ckv {}`", name, text("kind"), e.kind);
@@ -65,6 +72,12 @@ void check_resumable_output(const h5::File& f, const ResumeExpectation& e) {
   check_same_shard(f, e.shard, name);
 }
 
+void check_output_to_resume(const fs::path& out, const ResumeExpectation& e) {
+  const fs::path partial = AtomicOutput::partial_path_for(out);
+  const fs::path existing = fs::exists(partial) ? partial : out;
+  if (fs::exists(existing)) check_resumable_output(h5::File::open_read(existing), e);
+}
+
 void note_resumed(h5::File& f, const std::string& command_line) {
   nlohmann::json resumed = f.has_attr("resumed") ? f.attr_json("resumed") : nlohmann::json::array();
   resumed.push_back({{"command_line", command_line}, {"at", iso8601_utc_now()}});
@@ -76,8 +89,13 @@ std::set<std::string> complete_record_ids(const h5::File& f) {
   if (!f.is_group("records")) return done;
   const h5::Group records = f.open_group("records");
   for (const std::string& id : records.children()) {
-    const h5::Group r = records.open_group(id);
-    if (r.has_attr("complete") && r.attr_bool("complete")) done.insert(id);
+    // A record being written when the disk filled up can be left unreadable (its link was
+    // flushed, its object header was not): it is not complete, and --resume rewrites it.
+    try {
+      const h5::Group r = records.open_group(id);
+      if (r.has_attr("complete") && r.attr_bool("complete")) done.insert(id);
+    } catch (const FormatError&) {
+    }
   }
   return done;
 }

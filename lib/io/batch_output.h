@@ -1,6 +1,6 @@
 #pragma once
-// What the record-by-record batch outputs (`ckv bound`, `ckv check`, `ckv mask`; the dump
-// has its own copy in dump_schema) share for sharding, --resume and `ckv merge`:
+// What the record-by-record batch outputs (`ckv dump`, `ckv bound`, `ckv check`, `ckv mask`)
+// share for sharding, --resume and `ckv merge`:
 //
 //   /                 attrs: schema, schema_version, provenance incl. model_sha256,
 //                     input_sha256, shard ("i/N"), shard_index, shard_count, input_records,
@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +32,12 @@ int64_t count_input_records(const std::filesystem::path& jsonl);
 // Stores the shard identity and the size of the whole input (what `ckv merge` checks).
 void set_shard_provenance(Provenance& provenance, const Shard& shard, int64_t input_records);
 
+// FormatError naming the file unless its root says schema=`schema`, schema_version=`version`
+// ("<file>: not a <what> (no schema=...)", "<file>: <schema> schema version 2, this ckv reads
+// version 1"). `what` describes the file: "ckv dump", "ckv mask output".
+void check_schema(const h5::File& file, std::string_view schema, int64_t version,
+                  std::string_view what);
+
 // What a --resume run must find unchanged in the file it continues.
 struct ResumeExpectation {
   std::string schema;        // "ckv.bound"
@@ -42,13 +49,19 @@ struct ResumeExpectation {
   std::string command_line;  // compared without the per-shard flags (shard_invariant_command)
   Shard shard;
 };
-// Throws FormatError for another schema or version, InputError (one line naming the file
-// and the first difference) for another kind, model, input, settings, command or shard.
+// Throws FormatError for another schema or version (check_schema), InputError (one line
+// naming the file and the first difference) for another kind, model, input, settings,
+// command or shard.
 void check_resumable_output(const h5::File& file, const ResumeExpectation& expected);
+// The same for the file a --resume of `out` would continue (its partial file, else `out`),
+// when there is one. Call it before AtomicOutput moves a finished output back to the
+// partial name, so that a refused --resume leaves the file where it was.
+void check_output_to_resume(const std::filesystem::path& out, const ResumeExpectation& expected);
 // Appends {command_line, at} to the root's "resumed" list.
 void note_resumed(h5::File& file, const std::string& command_line);
 
-// Ids of the record groups whose `complete` attribute is true.
+// Ids of the record groups whose `complete` attribute is true. A group that cannot be read
+// (a full disk flushed its link but not its object header) is not complete.
 std::set<std::string> complete_record_ids(const h5::File& file);
 // Complete record ids ordered by their `index` attribute (ties and files without it: by
 // id): the input order, whatever order the records were written or merged in.

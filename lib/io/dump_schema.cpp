@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/provenance.h"
+#include "io/batch_output.h"
 #include "model/model.h"
 
 namespace ckv {
@@ -269,65 +270,24 @@ std::vector<int64_t> attention_rows(std::string_view spec, int64_t window, bool 
 }
 
 void check_dump_schema(const h5::File& file) {
-  if (!file.has_attr("schema") || file.attr_string("schema") != kDumpSchema)
-    fail<FormatError>("{}: not a ckv dump (no schema=\"{}\" attribute)", file.file_name(), kDumpSchema);
-  const int64_t version = file.attr_int("schema_version");
-  if (version != kDumpSchemaVersion)
-    fail<FormatError>("{}: dump schema version {}, this ckv reads version {}", file.file_name(),
-                      version, kDumpSchemaVersion);
+  check_schema(file, kDumpSchema, kDumpSchemaVersion, "ckv dump");
 }
 
-std::set<std::string> complete_dump_records(const h5::File& file) {
-  std::set<std::string> done;
-  if (!file.is_group("records")) return done;
-  const h5::Group records = file.open_group("records");
-  for (const std::string& id : records.children()) {
-    // A record being written when the disk filled up can be left unreadable (its link was
-    // flushed, its object header was not): it is not complete, and --resume rewrites it.
-    try {
-      const h5::Group r = records.open_group(id);
-      if (r.has_attr("complete") && r.attr_bool("complete")) done.insert(id);
-    } catch (const FormatError&) {
-    }
-  }
-  return done;
-}
-
-void check_resumable(const h5::File& file, const std::string& model_sha256,
-                     const DumpSettings& settings) {
-  check_dump_schema(file);
-  const std::string stored_sha = file.open_group("model").attr_string("sha256");
-  if (stored_sha != model_sha256)
-    fail<InputError>("{}: --resume with another model (the file's model sha256 is {}, --model's is {})",
-                     file.file_name(), stored_sha, model_sha256);
-  const nlohmann::json stored = file.attr_json("settings"), now = settings.to_json();
-  for (const auto& [key, value] : now.items()) {
-    if (!stored.contains(key) || stored[key] != value)
-      fail<InputError>("{}: --resume with different settings: {} was {}, now {}", file.file_name(),
-                       key, stored.value(key, nlohmann::json()).dump(), value.dump());
-  }
-}
-
-DumpFile DumpFile::resume(const std::filesystem::path& path, const std::string& model_sha256,
-                          const DumpSettings& settings, const std::string& resumed_by) {
+DumpFile DumpFile::resume(const std::filesystem::path& path, const DumpSettings& settings,
+                          const std::string& resumed_by) {
   h5::File file = h5::File::open_rw(path);
-  check_resumable(file, model_sha256, settings);
+  check_dump_schema(file);
+  note_resumed(file, resumed_by);
   const h5::Group model = file.open_group("model");
-  nlohmann::json resumed = file.has_attr("resumed") ? file.attr_json("resumed") : nlohmann::json::array();
-  resumed.push_back({{"command_line", resumed_by}, {"at", iso8601_utc_now()}});
-  file.set_attr_json("resumed", resumed);
   const int64_t group = model.attr_int("n_head") / model.attr_int("n_kv_head");
   return DumpFile(std::move(file), settings, group);
 }
 
-std::set<std::string> DumpFile::complete_records() const { return complete_dump_records(file_); }
+std::set<std::string> DumpFile::complete_records() const { return complete_record_ids(file_); }
 
 RecordWriter DumpFile::begin_record(const RecordMeta& meta) {
-  h5::Group records = file_.require_group("records");
-  if (records.exists(meta.id)) records.remove(meta.id);  // unfinished: rewrite it whole
-  h5::Group g = records.create_group(meta.id);
+  h5::Group g = begin_record_group(file_, meta.id, meta.index);
   g.set_attr_string("id", meta.id);
-  g.set_attr_int("index", meta.index);
   if (meta.line > 0) g.set_attr_int("line", meta.line);
   g.set_attr_string("context", meta.context);
   if (meta.question) g.set_attr_string("question", *meta.question);
@@ -346,10 +306,6 @@ RecordWriter DumpFile::begin_record(const RecordMeta& meta) {
   return RecordWriter(std::move(g), settings_, group_size_);
 }
 
-void DumpFile::finish_record(RecordWriter& record) {
-  file_.flush();  // every dataset on disk before the flag that says so
-  record.group().set_attr_bool("complete", true);
-  file_.flush();
-}
+void DumpFile::finish_record(RecordWriter& record) { finish_record_group(file_, record.group()); }
 
 }  // namespace ckv

@@ -1,7 +1,8 @@
 #pragma once
 // The HDF5 layout of `ckv dump` (schema "ckv.dump", version 1; docs/DUMP.md documents
-// every object). This file writes it record by record and reads back what --resume and
-// `ckv info` need; it does not run the model.
+// every object). This file writes it record by record; the root's shard and input
+// attributes, the per-record `complete` flag and the --resume checks are those of every
+// batch output (io/batch_output.h). It does not run the model.
 //
 //   DumpFile dump = DumpFile::create(out.partial_path(), prov, model, settings);
 //   RecordWriter rec = dump.begin_record(meta);      // replaces an unfinished group
@@ -54,7 +55,7 @@ struct DumpSettings {
 
   // KV heads used by `heads` (GQA: h / group), increasing.
   std::vector<int64_t> kv_heads(int64_t group) const;
-  // What --resume must find unchanged in the file.
+  // The root attribute `settings`: what --resume must find unchanged (check_resumable_output).
   nlohmann::json to_json() const;
 };
 
@@ -106,16 +107,16 @@ class DumpFile {
   static DumpFile create(const std::filesystem::path& path, const Provenance& provenance,
                          const Model& model, const std::string& model_sha256,
                          const DumpSettings& settings);
-  // Reopens an interrupted file for --resume: checks the schema version (FormatError), and
-  // that the model hash and settings are those of this run (InputError naming the first
-  // difference). `resumed_by` (a command line) is appended to the root's "resumed" list.
-  static DumpFile resume(const std::filesystem::path& path, const std::string& model_sha256,
-                         const DumpSettings& settings, const std::string& resumed_by);
+  // Reopens an interrupted file for --resume (check_resumable_output (batch_output.h) first:
+  // this checks only the schema) and appends `resumed_by` (a command line) to the root's
+  // "resumed" list.
+  static DumpFile resume(const std::filesystem::path& path, const DumpSettings& settings,
+                         const std::string& resumed_by);
 
-  std::set<std::string> complete_records() const;
-  // Creates /records/<id>, first removing an unfinished group of the same id.
+  std::set<std::string> complete_records() const;  // complete_record_ids
+  // Creates /records/<id> (begin_record_group: an unfinished group of the id is replaced).
   RecordWriter begin_record(const RecordMeta& meta);
-  // Writes the record's `complete` attribute (last, after every dataset) and flushes.
+  // Writes the record's `complete` attribute (finish_record_group: last, after a flush).
   void finish_record(RecordWriter& record);
   void close() { file_.close(); }
   // The error path: releases the file without reporting errors (h5::File::abandon).
@@ -147,11 +148,5 @@ std::vector<int64_t> attention_rows(std::string_view spec, int64_t window, bool 
 
 // Throws FormatError naming the file unless it is a ckv dump of kDumpSchemaVersion.
 void check_dump_schema(const h5::File& file);
-// What --resume requires of an existing file: the schema version (FormatError), this
-// model's hash and these settings (InputError naming the first difference).
-void check_resumable(const h5::File& file, const std::string& model_sha256,
-                     const DumpSettings& settings);
-// Records whose `complete` attribute is true (an unreadable record group is not complete).
-std::set<std::string> complete_dump_records(const h5::File& file);
 
 }  // namespace ckv

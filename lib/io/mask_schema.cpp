@@ -89,12 +89,7 @@ MaskFile MaskFile::resume(const std::filesystem::path& path, const std::string& 
 std::set<std::string> MaskFile::complete_records() const { return complete_record_ids(file_); }
 
 void check_mask_schema(const h5::File& file) {
-  if (!file.has_attr("schema") || file.attr_string("schema") != kMaskSchema)
-    fail<FormatError>("{}: not a ckv mask output (no schema=\"{}\" attribute)", file.file_name(), kMaskSchema);
-  const int64_t version = file.attr_int("schema_version");
-  if (version != kMaskSchemaVersion)
-    fail<FormatError>("{}: mask schema version {}, this ckv reads version {}", file.file_name(), version,
-                      kMaskSchemaVersion);
+  check_schema(file, kMaskSchema, kMaskSchemaVersion, "ckv mask output");
 }
 
 void MaskFile::write_record(const MaskRecord& r) {

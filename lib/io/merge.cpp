@@ -129,7 +129,8 @@ std::vector<std::string> split_shell_words(const std::string& s) {
 }
 
 std::vector<std::string> shard_invariant_command(const std::string& command_line) {
-  static const std::set<std::string> with_value = {"--shard", "-o", "--out", "--csv", "-t", "--threads"};
+  static const std::set<std::string> with_value = {"--shard", "-o",       "--out",    "--csv",
+                                                   "-t",      "--threads", "--timing-json"};
   static const std::set<std::string> flags = {"--resume", "--force", "-q", "--quiet", "--progress",
                                               "-v", "--verbose"};
   const std::vector<std::string> words = split_shell_words(command_line);
