@@ -81,13 +81,18 @@ ForwardRequest MaskCapture::request() {
 }
 
 void MaskCapture::on_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) {
-  q_ = q;
+  // Only what on_head_outputs reads: the queries of the evaluation rows, every key, and the
+  // values only for the physical check (a full copy of q and v per layer is measurable).
+  const int64_t n_head = q.dim(0), seq = q.dim(1), d = q.dim(2);
+  if (q_.shape() != std::vector<int64_t>{n_head, n_eval(), d}) q_ = Tensor({n_head, n_eval(), d});
+  for (int64_t h = 0; h < n_head; ++h)
+    for (int64_t i = 0; i < n_eval(); ++i)
+      std::copy_n(q.data() + (h * seq + eval_rows_[static_cast<size_t>(i)]) * d, d, q_.data() + (h * n_eval() + i) * d);
   k_ = k;
-  v_ = v;
+  if (options_.verify_physical) v_ = v;
   if (options_.nu) {
     const Tensor& wo = weights_.layers[static_cast<size_t>(layer)].wo;
     ValueNorms norms = value_norms(v, wo, config_.n_head, {}, {.l1 = true, .l2 = false}, options_.pool);
-    const int64_t seq = v.dim(1);
     Tensor out({config_.n_head, c_});  // [n_head, c]
     for (int64_t h = 0; h < config_.n_head; ++h)
       std::copy_n(norms.l1.data() + h * seq, c_, out.data() + h * c_);
@@ -116,34 +121,52 @@ void MaskCapture::on_head_outputs(int64_t layer, std::span<const int64_t>, const
   const bool masked = plan_ != nullptr && !plan_->empty();
   Tensor s({cf.n_head, n_eval()});  // [n_head, n_eval]
   const Tensor& wo = weights_.layers[static_cast<size_t>(layer)].wo;  // [d_model, n_head*d_head]
+  const Tensor& rec = attn[static_cast<size_t>(layer)];              // [n_head, n_eval, seq] A'
+  const int64_t len = n_eval() > 0 ? *std::max_element(eval_rows_.begin(), eval_rows_.end()) + 1 : 0;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<double> diffs(static_cast<size_t>(cf.n_head), 0.0), mags(diffs), errs(diffs);
   const auto task = [&](int64_t h) {
     const int64_t g = h / group;
+    const float* qh = q_.data() + h * n_eval() * d;  // [n_eval, d_head]
+    const float* kg = k_.data() + g * seq * d;       // [seq, d_head]
+    // S and Theorem 3.2 from this run's unmasked logits, in fp32 like the attention kernel
+    // (one GEMM per head; the previous scalar double loop cost a quarter of a forward
+    // pass at 2K tokens); sums in double.
+    RowMatrix probs;  // [n_eval, len] unnormalised exp(logit - max) of each row's causal prefix
+    static const std::vector<int64_t> kNone;
+    const std::vector<int64_t>& evicted = masked ? plan_->at(layer, g) : kNone;
+    if (masked && !evicted.empty()) {
+      probs.noalias() = ConstMatrixMap(qh, n_eval(), d) * ConstMatrixMap(kg, len, d).transpose();
+      probs *= scale;
+    }
+    for (int64_t i = 0; i < n_eval(); ++i) {
+      double kept = 1;
+      if (probs.size() > 0) {
+        const int64_t p = eval_rows_[static_cast<size_t>(i)];
+        auto e = probs.row(i).head(p + 1).array();  // [p+1]
+        e = (e - e.maxCoeff()).exp();
+        const double total = e.cast<double>().sum();
+        double gone = 0;
+        for (int64_t j : evicted) gone += e[j];  // evicted positions are < c <= p
+        kept = 1 - gone / total;
+        // Theorem 3.2 in this run: A'_j = N_j A_j / S with A this run's unmasked softmax.
+        if (!rec.empty()) {
+          const Eigen::Map<const Eigen::ArrayXf> ap(rec.data() + (h * n_eval() + i) * seq, p + 1);  // A'
+          Eigen::ArrayXf gap = ap - e.transpose() * static_cast<float>(1 / (total - gone));
+          for (int64_t j : evicted) gap[j] = ap[j];
+          errs[static_cast<size_t>(h)] = std::max(errs[static_cast<size_t>(h)], double{gap.abs().maxCoeff()});
+        }
+      }
+      s.data()[h * n_eval() + i] = static_cast<float>(kept);
+    }
+    if (!options_.verify_physical) return;
+    // The physically reduced cache: evicted entries removed, not masked; in double, as an
+    // independent recomputation.
     const std::vector<char> ev = masked ? plan_->evicted_flags(layer, g) : std::vector<char>();
     std::vector<double> row;
     for (int64_t i = 0; i < n_eval(); ++i) {
       const int64_t p = eval_rows_[static_cast<size_t>(i)];
-      const float* qp = q_.data() + (h * seq + p) * d;
-      const float* kg = k_.data() + g * seq * d;
-      double kept = 1;
-      if (masked) {
-        softmax_row(qp, kg, d, p, nullptr, c_, row);
-        for (int64_t j = 0; j < c_; ++j)
-          if (ev[static_cast<size_t>(j)]) kept -= row[static_cast<size_t>(j)];
-        // Theorem 3.2 in this run: A'_j = N_j A_j / S with A this run's unmasked softmax.
-        const Tensor& rec = attn[static_cast<size_t>(layer)];
-        if (!rec.empty()) {
-          const float* ap = rec.data() + (h * n_eval() + i) * seq;
-          for (int64_t j = 0; j <= p; ++j) {
-            const double want = j < c_ && ev[static_cast<size_t>(j)] ? 0.0 : row[static_cast<size_t>(j)] / kept;
-            errs[static_cast<size_t>(h)] = std::max(errs[static_cast<size_t>(h)], std::abs(double{ap[j]} - want));
-          }
-        }
-      }
-      s.data()[h * n_eval() + i] = static_cast<float>(kept);
-      if (!options_.verify_physical) continue;
-      // The physically reduced cache: evicted entries removed, not masked.
-      softmax_row(qp, kg, d, p, masked ? ev.data() : nullptr, c_, row);
+      softmax_row(qh + i * d, kg, d, p, masked ? ev.data() : nullptr, c_, row);
       Eigen::VectorXd o = Eigen::VectorXd::Zero(d);  // [d_head]
       for (int64_t j = 0; j <= p; ++j)
         for (int64_t t = 0; t < d; ++t)

@@ -68,7 +68,9 @@ class MaskCapture : public Recorder {
   int64_t c_;
   const EvictionPlan* plan_;
   CaptureOptions options_;
-  Tensor q_, k_, v_;  // the current layer's, kept until its head outputs arrive
+  // The current layer's, kept until its head outputs arrive: q_ [n_head, n_eval, d_head] at
+  // the evaluation rows, k_ [n_kv_head, seq, d_head], v_ likewise (--verify-physical only).
+  Tensor q_, k_, v_;
 };
 
 struct MaskMetricOptions {

@@ -26,6 +26,8 @@
 
 namespace ckv {
 
+class ThreadPool;
+
 struct EvictionPlan {
   int64_t n_layer = 0, n_kv_head = 0;
   int64_t c = 0;    // context end: only positions < c are evicted
@@ -93,6 +95,10 @@ struct MethodMask {
   int64_t c = 0;
   std::vector<int64_t> eval_rows;  // the question rows, for the attn method
   std::vector<int64_t> layers, kv_heads;
+  // Threads for the per-layer selection (nu and the scores); null: the calling thread. The
+  // forward pass's own pool is idle while the source runs, so a second pool of the same
+  // size does not oversubscribe.
+  ThreadPool* pool = nullptr;
 };
 
 // Checks the request (InputError for a budget that keeps nothing or everything, a method
