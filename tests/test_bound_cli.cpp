@@ -120,4 +120,19 @@ TEST(BoundCli, RefusesDumpOfAnotherModel) {
   expect_refused("bound --model " + other + " --dump " + dump + " --window 8 -o " + tmp_prefix("other") + " --force", "sha256");
 }
 
+// A dump that lacks what the metrics need is refused, naming the `ckv dump` flag that records it.
+TEST(BoundCli, RefusesDumpMissingWhatTheMetricsNeed) {
+  const std::string tokens = tokens_file(40);
+  const auto dump_with = [&](const std::string& name, const std::string& flags) {
+    const std::string path = tmp_prefix(name);
+    const CliRun d = run("dump --model " + kModel + " --tokens " + tokens + " " + flags + " -o " + path + " --force");
+    EXPECT_EQ(d.status, 0) << d.out;
+    return path;
+  };
+  const std::string bound = "bound --model " + kModel + " --window 8 -o " + tmp_prefix("missing") + " --force --dump ";
+  expect_refused(bound + dump_with("no_v.h5", "--what q,k"), "the dump lacks v (record it with `ckv dump --what q,k,v");
+  expect_refused(bound + dump_with("some_heads.h5", "--what q,k,v --heads 0-1"), "`ckv dump --heads all`");
+  expect_refused(bound + dump_with("one_layer.h5", "--what q,k,v --layers 0"), "layer 1 is not in the dump (`ckv dump --layers");
+}
+
 }  // namespace
