@@ -203,14 +203,8 @@ struct AnalysisSink {
 };
 
 std::string text_input(const AnalysisOptions& o) {
-  if (!o.input.prompt_file.empty() || !o.input.tokens_file.empty()) {
-    const std::string& path = o.input.prompt_file.empty() ? o.input.tokens_file : o.input.prompt_file;
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail<InputError>("{}: cannot read the prompt file", path);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
+  if (!o.input.prompt_file.empty() || !o.input.tokens_file.empty())
+    return read_text_file(o.input.prompt_file.empty() ? o.input.tokens_file : o.input.prompt_file);
   return o.input.prompt;
 }
 
@@ -291,21 +285,10 @@ int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std
     prov.set("input_sha256", sha256_file(o.input_jsonl));
     set_shard_provenance(prov, shard, count_input_records(o.input_jsonl));
     if (!model.tokenizer) fail<InputError>("{}: --input needs a model with a tokenizer", model.source.path.string());
-    const std::set<std::string> done = sink.open(prov);
-    std::set<std::string> seen;
-    RecordReader reader(o.input_jsonl);
-    while (std::optional<InputRecord> r = reader.next()) {
-      if (!shard.contains(r->index)) continue;
-      if (!seen.insert(r->id).second)
-        fail<InputError>("{}:{}: record id \"{}\" appears twice", o.input_jsonl, r->line, r->id);
-      if (done.count(r->id)) {
-        ++skipped;
-        continue;
-      }
-      RecordPrompt p = tokenize_record(*r, *model.tokenizer, o.input.chat);
-      run_one(r->id, r->index, p.tokens, p.context_end);
-    }
-    return skipped;
+    return for_each_input_record(o.input_jsonl, shard, sink.open(prov), *model.tokenizer, o.input.chat,
+                                 [&](const InputRecord& r, RecordPrompt& p) {
+                                   run_one(r.id, r.index, p.tokens, p.context_end);
+                                 });
   }
   const std::string prompt = text_input(o);
   prov.set("input_file", o.input.prompt_file.empty() ? o.input.tokens_file : o.input.prompt_file);
@@ -346,16 +329,11 @@ void run_bound_job(const AnalysisOptions& o, const GlobalOptions& g, const std::
   AnalysisSink sink;
   sink.open = [&](const Provenance& p) {
     if (o.resume) {
-      // Check the file before AtomicOutput moves a finished one back to the partial name,
-      // so a refused --resume leaves it where it was.
-      const fs::path partial = AtomicOutput::partial_path_for(h5_path);
-      const fs::path existing = fs::exists(partial) ? partial : h5_path;
       auto value = [&](const char* key) { return p.find(key) ? p.find(key)->get<std::string>() : std::string(); };
-      if (fs::exists(existing))
-        check_resumable_output(h5::File::open_read(existing),
-                               {.schema = kBoundSchema, .schema_version = kBoundSchemaVersion, .kind = job.kind,
-                                .model_sha256 = value("model_sha256"), .input_sha256 = value("input_sha256"),
-                                .settings = job.settings, .command_line = p.command_line, .shard = shard});
+      check_output_to_resume(h5_path,
+                             {.schema = kBoundSchema, .schema_version = kBoundSchemaVersion, .kind = job.kind,
+                              .model_sha256 = value("model_sha256"), .input_sha256 = value("input_sha256"),
+                              .settings = job.settings, .command_line = p.command_line, .shard = shard});
     }
     const AtomicOutputOptions opt{.force = o.force, .resume = o.resume};
     h5_out.emplace(h5_path, opt);

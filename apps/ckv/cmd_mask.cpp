@@ -28,6 +28,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "mask_report.h"
 #include "prompt_input.h"
 
 namespace ckv::app {
@@ -127,7 +128,8 @@ class MaskJob {
       sp.pool = o_.pool == "avg" ? PoolKind::Avg : PoolKind::Max;
       sp.sinks = o_.sinks;
       method_ = MethodMask{.method = MethodSpec::parse(o_.method), .budget = parse_budget(o_.budget, p.c),
-                           .params = sp, .c = p.c, .eval_rows = rec.eval_rows, .layers = layers, .kv_heads = kv_heads};
+                           .params = sp, .c = p.c, .eval_rows = rec.eval_rows, .layers = layers, .kv_heads = kv_heads,
+                           .pool = &pool_};
     } else if (!o_.selection_file.empty()) {
       target.source = "selection-file " + o_.selection_file;
       target.plan = plan_from_selection_file(o_.selection_file, p.c, prompt_len, layers, kv_heads, cf.n_layer, cf.n_kv_head);
@@ -248,49 +250,6 @@ class MaskJob {
   ThreadPool& pool_;
 };
 
-void print_summary(const MaskRecord& r, bool verify) {
-  const MaskRun& t = r.runs.front();
-  const size_t n_placebo = r.runs.size() - 1;
-  fmt::print("record \"{}\": {} tokens, c = {}, {} evaluation rows, evicted {} (layer, KV head, position) entries\n",
-             r.id, r.tokens.size(), r.c, r.eval_rows.size(), t.plan.total_evicted());
-  fmt::print("{:>5} {:>12} {:>12} {:>10} {:>9} {:>9} {:>9} {:>11}{}\n", "layer", "resid_L1", "resid_L2",
-             "dtheta", "S_min", "sink_raw", "sink_corr", "sink_full", n_placebo ? "  placebo_L2" : "");
-  for (size_t l = 0; l < t.metrics.layers.size(); ++l) {
-    const LayerMaskMetrics& m = t.metrics.layers[l];
-    double dt = 0, smin = 1, sr = 0, sc = 0, sf = 0;
-    for (double x : m.delta_theta) dt += x;
-    for (double x : m.retained) smin = std::min(smin, x);
-    for (size_t i = 0; i < m.sink_raw.size(); ++i) {
-      sr += m.sink_raw[i] / static_cast<double>(m.sink_raw.size());
-      sc += m.sink_corrected[i] / static_cast<double>(m.sink_raw.size());
-      sf += m.sink_full[i] / static_cast<double>(m.sink_raw.size());
-    }
-    std::string placebo;
-    if (n_placebo) {
-      double p = 0;
-      for (size_t k = 1; k < r.runs.size(); ++k) p += r.runs[k].metrics.layers[l].resid_l2_mean();
-      placebo = fmt::format("  {:>11.4g}", p / static_cast<double>(n_placebo));
-    }
-    fmt::print("{:>5} {:>12.4g} {:>12.4g} {:>10.4g} {:>9.4f} {:>9.4f} {:>9.4f} {:>11.4f}{}\n", l,
-               m.resid_l1_mean(), m.resid_l2_mean(), dt, smin, sr, sc, sf, placebo);
-  }
-  for (const MaskRun& run : r.runs) {
-    fmt::print("{:>9}: KL(full||masked) {:.4g}, top-1 {}", run.name, run.next.kl, run.next.top1_agree ? "agrees" : "differs");
-    if (run.logp_answer) fmt::print(", log p(answer) {:.4f} (full {:.4f})", *run.logp_answer, *r.logp_answer_full);
-    if (run.ratio) fmt::print(", Delta_theta ratio {:.3f}", *run.ratio);
-    if (verify && run.physical_max_diff)
-      fmt::print(", physical check max |diff| {:.3g} (outputs up to {:.3g})", *run.physical_max_diff, *run.physical_max_abs);
-    fmt::print("\n");
-    if (run.generation)
-      fmt::print("{:>9}  generation: \"{}\"{}\n", "", run.generation->text,
-                 run.generation->has_answer ? (*run.generation->has_answer ? " (contains the answer)" : " (no answer)") : "");
-  }
-  if (r.generation_full)
-    fmt::print("{:>9}  generation: \"{}\"{}\n", "full", r.generation_full->text,
-               r.generation_full->has_answer ? (*r.generation_full->has_answer ? " (contains the answer)" : " (no answer)") : "");
-  std::fflush(stdout);
-}
-
 Prepared prepare_prompt(const MaskOptions& o, const Model& model) {
   Prepared p;
   p.id = "0";
@@ -360,16 +319,10 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
                              {"layers", o.layers}, {"heads", o.heads}, {"sinks", o.sinks}, {"placebo", o.placebo},
                              {"match_tol", o.match_tol}, {"seed", o.seed}, {"generate", o.generate},
                              {"verify_physical", o.verify_physical}};
-  if (o.resume) {
-    // Check the file before AtomicOutput moves a finished one back to the partial name.
-    const fs::path partial = AtomicOutput::partial_path_for(o.out);
-    const fs::path existing = fs::exists(partial) ? partial : fs::path(o.out);
-    if (fs::exists(existing))
-      check_resumable_output(h5::File::open_read(existing),
-                             {.schema = kMaskSchema, .schema_version = kMaskSchemaVersion, .kind = "",
-                              .model_sha256 = sha, .input_sha256 = input_sha256(o), .settings = settings,
-                              .command_line = prov.command_line, .shard = shard});
-  }
+  if (o.resume)
+    check_output_to_resume(o.out, {.schema = kMaskSchema, .schema_version = kMaskSchemaVersion, .kind = "",
+                                   .model_sha256 = sha, .input_sha256 = input_sha256(o), .settings = settings,
+                                   .command_line = prov.command_line, .shard = shard});
   AtomicOutput out(o.out, {.force = o.force, .resume = o.resume});
   std::optional<AtomicOutput> csv_out;
   if (!o.csv.empty()) csv_out.emplace(o.csv, AtomicOutputOptions{.force = o.force, .resume = o.resume});
@@ -388,23 +341,19 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
     MaskRecord rec = job.run(p);
     file.write_record(rec);
     ++written;
-    if (!g.quiet) print_summary(rec, o.verify_physical);
+    if (!g.quiet) print_mask_summary(rec, o.verify_physical);
   };
   try {
     if (o.input_jsonl.empty()) {
       handle(prepare_prompt(o, model));
     } else {
       if (!model.tokenizer) fail<InputError>("{}: --input needs a model with a tokenizer", model.source.path.string());
-      std::set<std::string> seen;
-      RecordReader reader(o.input_jsonl);
-      while (std::optional<InputRecord> r = reader.next()) {
-        if (!shard.contains(r->index)) continue;
-        if (!seen.insert(r->id).second)
-          fail<InputError>("{}:{}: record id \"{}\" appears twice", o.input_jsonl, r->line, r->id);
-        RecordPrompt rp = tokenize_record(*r, *model.tokenizer, o.input.chat);
-        handle({.id = r->id, .index = r->index, .prompt = std::move(rp.tokens), .c = rp.context_end,
-                .answer = r->answer, .spans = std::move(rp.token_spans)});
-      }
+      skipped += for_each_input_record(o.input_jsonl, shard, done, *model.tokenizer, o.input.chat,
+                                       [&](const InputRecord& r, RecordPrompt& rp) {
+                                         handle({.id = r.id, .index = r.index, .prompt = std::move(rp.tokens),
+                                                 .c = rp.context_end, .answer = r.answer,
+                                                 .spans = std::move(rp.token_spans)});
+                                       });
     }
   } catch (...) {
     // A run that created the file and finished no record leaves nothing to resume.

@@ -19,8 +19,6 @@ void add_prompt_options(CLI::App& cmd, PromptOptions& o) {
       ->excludes(tokens);
 }
 
-namespace {
-
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail<InputError>("{}: cannot read the prompt file", path);
@@ -28,8 +26,6 @@ std::string read_text_file(const std::string& path) {
   ss << in.rdbuf();
   return ss.str();
 }
-
-}  // namespace
 
 std::vector<int32_t> prompt_tokens(const PromptOptions& o, const Model& model,
                                    const std::string& fallback_text) {
@@ -59,6 +55,25 @@ std::vector<int32_t> prompt_tokens(const PromptOptions& o, const Model& model,
                      ids.size(), model.config.context_length);
   }
   return ids;
+}
+
+int64_t for_each_input_record(const std::string& path, const Shard& shard, const std::set<std::string>& done,
+                              const Tokenizer& tokenizer, bool chat,
+                              const std::function<void(const InputRecord&, RecordPrompt&)>& each) {
+  int64_t skipped = 0;
+  std::set<std::string> seen;
+  RecordReader reader(path);
+  while (std::optional<InputRecord> r = reader.next()) {
+    if (!shard.contains(r->index)) continue;
+    if (!seen.insert(r->id).second) fail<InputError>("{}:{}: record id \"{}\" appears twice", path, r->line, r->id);
+    if (done.count(r->id)) {
+      ++skipped;
+      continue;
+    }
+    RecordPrompt p = tokenize_record(*r, tokenizer, chat);
+    each(*r, p);
+  }
+  return skipped;
 }
 
 }  // namespace ckv::app

@@ -8,13 +8,14 @@
 //
 // Shards belong together when they have the same schema version, ckv build, model
 // (sha256), settings, input (sha256 and record count), shard count, and the same command
-// line once the flags that legitimately differ between shards are removed (--shard, -o/--out,
-// --csv (mask's CSV path), --resume, --force, -q/--quiet, --progress, -v/--verbose,
-// -t/--threads). The merged file
-// must then hold every input record exactly once: a record index in [0, input_records)
-// that no shard holds complete is missing; a record complete in two shards (two shard files
-// of the same shard, or overlapping shards) is a duplicate. Unfinished record groups
-// (no `complete`) count as absent. The kind (bound or check) must agree too.
+// line once the flags that legitimately differ between shards are removed
+// (shard_invariant_command in merge.cpp): with a value --shard, -o/--out, --csv (mask's CSV
+// path), -t/--threads, --timing-json (dump's timing file); alone --resume, --force,
+// -q/--quiet, --progress, -v/--verbose. The merged file must then hold every input record
+// exactly once: a record index in [0, input_records) that no shard holds complete is
+// missing; a record complete in two shards (two shard files of the same shard, or
+// overlapping shards) is a duplicate. Unfinished record groups (no `complete`) count as
+// absent. The kind (bound or check) must agree too.
 #include <cstdint>
 #include <filesystem>
 #include <functional>
