@@ -147,5 +147,33 @@ TEST(MaskCli, RunsOnTheTinyModelWithPlaceboAndPhysicalCheck) {
   EXPECT_EQ(header, "record,run,layer,head,position,metric,value");
 }
 
+// --compare runs a second method at the same budget beside --method: its run equals the
+// target of a separate `--method` run of that method, and the console shows both per layer.
+TEST(MaskCli, CompareRunEqualsTheSeparateMethodRun) {
+  const auto dir = test::scratch_dir("mask_cli");
+  const std::string base = "mask --model " + kTiny + " --tokens " + ids(dir) + " --context-end 20 --window 4 --kernel 3 --budget 0.5";
+  const test::RunResult pair = test::run_ckv(base + " --method snapkv --compare 'criticalkv(snapkv)' -o " + (dir / "pair.h5").string());
+  ASSERT_EQ(pair.exit_code, 0) << pair.output;
+  EXPECT_NE(pair.output.find("compare_L2  reduction"), std::string::npos) << pair.output;
+  const test::RunResult single = test::run_ckv("-q " + base + " --method 'criticalkv(snapkv)' -o " + (dir / "single.h5").string());
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  const test::RunResult base_only = test::run_ckv("-q " + base + " --method snapkv -o " + (dir / "base.h5").string());
+  ASSERT_EQ(base_only.exit_code, 0) << base_only.output;
+  const h5::File p = h5::File::open_read((dir / "pair.h5").string());
+  const h5::File s = h5::File::open_read((dir / "single.h5").string());
+  const h5::File b = h5::File::open_read((dir / "base.h5").string());
+  const auto read = [](const h5::File& f, const std::string& run, const std::string& what) {
+    return f.open_group("records/0/runs/" + run).open_dataset(what).read<double>();
+  };
+  for (const char* what : {"resid_l1", "resid_l2", "evicted"}) {
+    EXPECT_EQ(read(p, "compare", what), read(s, "target", what)) << what;
+    EXPECT_EQ(read(p, "target", what), read(b, "target", what)) << what;
+  }
+  EXPECT_NE(read(p, "compare", "evicted"), read(p, "target", "evicted"));  // the methods differ here
+  expect_error_line(test::run_ckv("mask -q --model " + kTiny + " --tokens " + ids(dir) +
+                                  " --context-end 20 --spans 3-5 --compare snapkv -o " + (dir / "x.h5").string()),
+                    "--compare needs --method");
+}
+
 }  // namespace
 }  // namespace ckv

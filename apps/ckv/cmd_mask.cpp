@@ -45,6 +45,7 @@ struct MaskOptions {
   std::string input_jsonl, question, answer;
   int64_t context_end = -1;  // with --tokens
   std::string spans, span_name, selection_file, method, budget;
+  std::string compare;  // --compare: a second method at the same budget, run beside --method
   int64_t window = 32, kernel = 7;
   std::string pool = "max";
   std::string layers = "all", heads = "all";
@@ -119,6 +120,7 @@ class MaskJob {
     MaskRun target;
     target.name = "target";
     method_.reset();
+    compare_.reset();
     if (!o_.method.empty()) {
       target.source = fmt::format("method {} budget {}", o_.method, o_.budget);
       target.plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, p.c, prompt_len);
@@ -130,6 +132,10 @@ class MaskJob {
       method_ = MethodMask{.method = MethodSpec::parse(o_.method), .budget = parse_budget(o_.budget, p.c),
                            .params = sp, .c = p.c, .eval_rows = rec.eval_rows, .layers = layers, .kv_heads = kv_heads,
                            .pool = &pool_};
+      if (!o_.compare.empty()) {
+        compare_ = method_;
+        compare_->method = MethodSpec::parse(o_.compare);
+      }
     } else if (!o_.selection_file.empty()) {
       target.source = "selection-file " + o_.selection_file;
       target.plan = plan_from_selection_file(o_.selection_file, p.c, prompt_len, layers, kv_heads, cf.n_layer, cf.n_kv_head);
@@ -146,6 +152,16 @@ class MaskJob {
     }
     measure(rec, full, full_out, answer_ids, logit_rows, target, o_.generate > 0);
     rec.runs.push_back(std::move(target));
+    if (compare_) {
+      // The paper's Figure 5 pair: the same budget, selected by the second method inside its
+      // own masked pass, measured against the same unmasked run.
+      MaskRun run;
+      run.name = "compare";
+      run.source = fmt::format("method {} budget {}", o_.compare, o_.budget);
+      run.plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, p.c, prompt_len);
+      measure(rec, full, full_out, answer_ids, logit_rows, run, o_.generate > 0);
+      rec.runs.push_back(std::move(run));
+    }
 
     if (o_.placebo > 0) draw_and_run_placebos(rec, full, full_out, answer_ids, logit_rows, layers, kv_heads);
     return rec;
@@ -172,6 +188,7 @@ class MaskJob {
     // A method selects inside the pass, filling run.plan layer by layer before each layer's
     // attention (and so before the capture reads it for that layer).
     if (method_ && run.name == "target") req.layer_mask = method_mask_source(cf, model_.weights, *method_, &run.plan);
+    if (compare_ && run.name == "compare") req.layer_mask = method_mask_source(cf, model_.weights, *compare_, &run.plan);
     const ForwardResult out = fwd_.run(rec.tokens, req);
     run.metrics = compare_runs(full, masked, run.plan, {.sinks = o_.sinks});
     const auto vocab = static_cast<size_t>(cf.vocab);
@@ -244,7 +261,7 @@ class MaskJob {
   }
 
   const MaskOptions& o_;
-  std::optional<MethodMask> method_;
+  std::optional<MethodMask> method_, compare_;  // --method, --compare
   const Model& model_;
   Forward& fwd_;
   ThreadPool& pool_;
@@ -296,6 +313,7 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
   if (sources != 1)
     fail<InputError>("mask: give exactly one of --spans, --span-name, --selection-file, --method");
   if (o.method.empty() != o.budget.empty()) fail<InputError>("mask: --method and --budget go together");
+  if (!o.compare.empty() && o.method.empty()) fail<InputError>("mask: --compare needs --method (it runs at the same --budget)");
   const Shard shard = Shard::resolve(o.shard);
   if (!shard.is_whole() && o.input_jsonl.empty())
     fail<InputError>("--shard {}: sharding needs a JSONL batch (--input)", shard.to_string());
@@ -315,7 +333,7 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
   prov.set("input_file", input_file);
   prov.set("input_sha256", input_sha256(o));
   set_shard_provenance(prov, shard, o.input_jsonl.empty() ? 1 : count_input_records(o.input_jsonl));
-  nlohmann::json settings = {{"spans", o.spans}, {"span_name", o.span_name}, {"selection_file", o.selection_file}, {"method", o.method}, {"budget", o.budget},
+  nlohmann::json settings = {{"spans", o.spans}, {"span_name", o.span_name}, {"selection_file", o.selection_file}, {"method", o.method}, {"compare", o.compare}, {"budget", o.budget},
                              {"layers", o.layers}, {"heads", o.heads}, {"sinks", o.sinks}, {"placebo", o.placebo},
                              {"match_tol", o.match_tol}, {"seed", o.seed}, {"generate", o.generate},
                              {"verify_physical", o.verify_physical}};
@@ -395,6 +413,9 @@ void register_mask(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--selection-file", o->selection_file, "Evict per a selection JSON (docs/MASK.md)");
   cmd->add_option("--method", o->method, "Evict by a selection method run in the pass: attn, snapkv, h2o, "
                   "streaming, adakv(X), criticalkv(X)");
+  cmd->add_option("--compare", o->compare, "With --method: also evict by this method at the same --budget (a run "
+                  "named 'compare') and print both per-layer perturbations side by side, e.g. --method snapkv "
+                  "--compare 'criticalkv(snapkv)' (the paper's Figure 5)");
   cmd->add_option("--budget", o->budget, "Kept entries per KV head with --method: a fraction (0.2) or a count");
   cmd->add_option("--window", o->window, "snapkv observation window")->capture_default_str();
   cmd->add_option("--kernel", o->kernel, "snapkv pooling kernel")->capture_default_str();
