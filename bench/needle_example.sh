@@ -10,7 +10,7 @@
 # 2 cores. Needs /usr/bin/python3 with h5py for the table.
 set -euo pipefail
 BUILD=${1:-build}
-OUT=${2:-/tmp/ckv_needle_example}
+OUT=${2:-$(cd "$(dirname "$0")/.." && pwd)/out/needle_example}   # out/ is git-ignored
 THREADS=${3:-2}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CKV=$(cd "$ROOT" && realpath "$BUILD/ckv")

@@ -4,15 +4,15 @@
 # 2.5%-40%, in the paper's snapkv setting (window 32, max pool 7) and kvpress's
 # (64, avg 5), then prints the Table 9 / Figure 4 / Figure 6 / Figure 8 tables.
 #
-#   scripts/results.sh                   # CKV=build/ckv OUT=/tmp/ckv-results THREADS=2
-#   CKV=build-d/ckv OUT=/tmp/r scripts/results.sh
+#   scripts/results.sh                   # CKV=build/ckv OUT=out/results THREADS=2
+#   CKV=other-build/ckv OUT=somewhere scripts/results.sh
 #   SKIP_RUN=1 scripts/results.sh        # only print the tables from an earlier run's OUT
 #
 # About 6 minutes on 2 cores. Needs python3 with h5py and numpy (Debian's are enough).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CKV="${CKV:-$ROOT/build/ckv}"
-OUT="${OUT:-/tmp/ckv-results}"
+OUT="${OUT:-$ROOT/out/results}"   # out/ is git-ignored
 THREADS="${THREADS:-2}"
 BUDGETS=0.025,0.05,0.1,0.2,0.4
 mkdir -p "$OUT"
