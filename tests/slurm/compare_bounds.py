@@ -11,6 +11,8 @@ import sys
 import h5py
 import numpy as np
 
+from compare_dumps import compare_attrs, report
+
 RTOL, ATOL = 1e-9, 1e-12
 # Root attributes that must agree (the rest is provenance: who, where, when, which shard).
 SAME_ROOT = ["schema", "schema_version", "kind", "methods", "alphas", "metrics", "settings",
@@ -23,18 +25,10 @@ def close(a, b):
     return a.shape == b.shape and bool(np.allclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True))
 
 
-def as_list(v):
-    v = np.asarray(v)
-    return v.tolist() if v.dtype.kind != "O" else [x.decode() if isinstance(x, bytes) else x for x in v.ravel()]
-
-
 def compare_h5(pa, pb, errors):
     with h5py.File(pa, "r") as fa, h5py.File(pb, "r") as fb:
-        for key in SAME_ROOT:
-            if (key in fa.attrs) != (key in fb.attrs):
-                errors.append(f"/: attribute {key} in only one file")
-            elif key in fa.attrs and as_list(fa.attrs[key]) != as_list(fb.attrs[key]):
-                errors.append(f"/: attribute {key} differs: {fa.attrs[key]!r} vs {fb.attrs[key]!r}")
+        provenance = (set(fa.attrs) | set(fb.attrs)) - set(SAME_ROOT)
+        errors += compare_attrs("/", fa.attrs, fb.attrs, provenance)
         ra, rb = fa["records"], fb["records"]
         done_a = sorted(k for k in ra if ra[k].attrs.get("complete", False))
         done_b = sorted(k for k in rb if rb[k].attrs.get("complete", False))
@@ -42,9 +36,7 @@ def compare_h5(pa, pb, errors):
             errors.append(f"complete records differ: {done_a} vs {done_b}")
         for rid in sorted(set(done_a) & set(done_b)):
             a, b = ra[rid], rb[rid]
-            for key in sorted(set(a.attrs) | set(b.attrs)):
-                if key not in a.attrs or key not in b.attrs or as_list(a.attrs[key]) != as_list(b.attrs[key]):
-                    errors.append(f"/records/{rid}: attribute {key} differs")
+            errors += compare_attrs(f"/records/{rid}", a.attrs, b.attrs)
             for name in sorted(set(a) | set(b)):
                 if name not in a or name not in b:
                     errors.append(f"/records/{rid}/{name} in only one file")
@@ -100,13 +92,7 @@ def main():
     n = compare_h5(a + ".h5", b + ".h5", errors)
     compare_csv(a + ".csv", b + ".csv", errors)
     compare_json(a + ".json", b + ".json", errors)
-    for e in errors[:30]:
-        print("compare:", e)
-    if errors:
-        print(f"compare: {len(errors)} difference(s) between {a} and {b}")
-        return 1
-    print(f"compare: same results: {n} records (HDF5, CSV and JSON; provenance aside)")
-    return 0
+    return report(errors, a, b, f"same results: {n} records (HDF5, CSV and JSON; provenance aside)")
 
 
 if __name__ == "__main__":

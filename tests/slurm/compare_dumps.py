@@ -38,6 +38,17 @@ def compare_attrs(where, a, b, skip=frozenset()):
     return errors
 
 
+def report(errors, a, b, same):
+    """Prints the first differences or `same`; the exit code."""
+    for e in errors[:30]:
+        print("compare:", e)
+    if errors:
+        print(f"compare: {len(errors)} difference(s) between {a} and {b}")
+        return 1
+    print(f"compare: {same}")
+    return 0
+
+
 def main():
     with h5py.File(sys.argv[1], "r") as fa, h5py.File(sys.argv[2], "r") as fb:
         errors = compare_attrs("/", fa.attrs, fb.attrs, PROVENANCE)
@@ -55,13 +66,8 @@ def main():
                 if not same_value(a[()], b[()]):
                     errors.append(f"/{name}: data differ ({a.dtype}{a.shape} vs {b.dtype}{b.shape})")
         n_rec = len(fa["records"]) if "records" in fa else 0
-    for e in errors[:30]:
-        print("compare:", e)
-    if errors:
-        print(f"compare: {len(errors)} difference(s) between {sys.argv[1]} and {sys.argv[2]}")
-        return 1
-    print(f"compare: identical: {n_rec} records, {n_data} datasets, all attributes but provenance")
-    return 0
+    return report(errors, sys.argv[1], sys.argv[2],
+                  f"identical: {n_rec} records, {n_data} datasets, all attributes but provenance")
 
 
 if __name__ == "__main__":
