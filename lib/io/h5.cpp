@@ -93,7 +93,10 @@ size_t dtype_size(DType t) {
 }
 
 bool is_valid_link_name(std::string_view name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos;
+  // HDF5 link names are C strings: a NUL would silently cut the name ("a\0b" and "a\0c"
+  // would both name "a").
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
+         name.find('\0') == std::string_view::npos;
 }
 
 // --- Handle ---------------------------------------------------------------------------
