@@ -49,6 +49,9 @@ std::string take_hdf5_reason() {
     if (const size_t end = reason.find('\'', start); end != std::string::npos)
       return reason.substr(start, end - start);
   }
+  // HDF5's own text: its line breaks are layout (ckv::fail would quote them as \x0a).
+  for (char& ch : reason)
+    if (ch == '\n' || ch == '\r' || ch == '\t') ch = ' ';
   return reason;
 }
 
