@@ -484,3 +484,39 @@ TEST(HostileModels, ErrorsEscapeControlBytesAndKeepWhatFollowsNul) {
 
 }  // namespace
 }  // namespace ckv::test
+
+#include <hdf5.h>
+
+namespace ckv::test {
+namespace {
+
+// A dataset whose dimensions multiply past int64 (chunked, nothing allocated): opening it is
+// a FormatError naming the file and the dataset, not an overflow further on.
+TEST(HostileModels, HdfShapeOverflowNamesTheFile) {
+  const fs::path dir = scratch_dir("hostile");
+  const fs::path path = dir / "huge.h5";
+  {
+    const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const hsize_t dims[2] = {hsize_t{1} << 40, hsize_t{1} << 40}, chunk[2] = {1, 1};
+    const hid_t space = H5Screate_simple(2, dims, nullptr);
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 2, chunk);
+    const hid_t ds = H5Dcreate2(f, "x", H5T_NATIVE_FLOAT, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5Fclose(f);
+  }
+  const h5::File f = h5::File::open_read(path);
+  try {
+    f.open_dataset("x");
+    ADD_FAILURE() << "opened";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("huge.h5"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("shape overflows"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ckv::test
