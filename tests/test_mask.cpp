@@ -290,10 +290,12 @@ TEST_P(MaskModels, MethodSelectedInsideThePassIsExactAndKeepsTheBudget) {
   EXPECT_THROW(method_mask_source(m.config, m.weights, {.method = MethodSpec::parse("attn"), .budget = 0, .params = {},
                                   .c = kC, .eval_rows = eval_rows(), .layers = layers, .kv_heads = heads}, &plan),
                InputError);
-  EXPECT_THROW(parse_budget("0", kC), InputError);
-  EXPECT_THROW(parse_budget("28", kC), InputError);
+  EXPECT_THROW(parse_budget("0", kC), UsageError);
+  EXPECT_THROW(parse_budget("28", kC), UsageError);  // counts go through --keep, as in bound
+  EXPECT_THROW(parse_budget("1.0", kC), InputError);  // a fraction, as in bound: keeps all
   EXPECT_EQ(parse_budget("0.5", kC), 14);
-  EXPECT_EQ(parse_budget("3", kC), 3);
+  EXPECT_EQ(mask_budget("", 3, kC), 3);  // --keep 3
+  EXPECT_THROW(mask_budget("", kC, kC), InputError);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, MaskModels, ::testing::Values("tiny_llama_gqa", "tiny_llama_tied", "tiny_qwen2_bias"));

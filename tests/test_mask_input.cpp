@@ -90,11 +90,11 @@ TEST(MaskPlan, SelectionFiles) {
   EXPECT_ERROR(plan_from_selection_file(write("{oops"), 10, 15, layers, heads, 2, 2), "not valid JSON");
 }
 
-// The command line: one "ckv: error:" line and exit 1.
+// The command line: one "ckv: error:" line and exit 1 (bad input) or 2 (flags that contradict).
 const std::string kTiny = std::string(CKV_TEST_DATA_DIR) + "/models/tiny_llama_gqa";
 
-void expect_error_line(const test::RunResult& r, const std::string& needle) {
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+void expect_error_line(const test::RunResult& r, const std::string& needle, int exit_code = 1) {
+  EXPECT_EQ(r.exit_code, exit_code) << r.output;
   EXPECT_EQ(r.output.rfind("ckv: error: ", 0), 0u) << r.output;
   EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
   EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
@@ -113,7 +113,7 @@ TEST(MaskCli, BadInputs) {
   expect_error_line(test::run_ckv(base + " --context-end 20 --spans 15-25"), "overlaps the question");
   expect_error_line(test::run_ckv(base + " --context-end 20 --spans 15-45"), "not inside the context");
   expect_error_line(test::run_ckv(base + " --context-end 20 --span-name needle"), "no span named \"needle\"");
-  expect_error_line(test::run_ckv(base + " --context-end 20"), "exactly one of");
+  expect_error_line(test::run_ckv(base + " --context-end 20"), "exactly one of", 2);
   expect_error_line(test::run_ckv(base + " --spans 3-5"), "--context-end");
   expect_error_line(test::run_ckv(base + " --context-end 30 --spans 3-5"), "no question");
   EXPECT_FALSE(std::filesystem::exists(dir / "m.h5"));
@@ -172,7 +172,7 @@ TEST(MaskCli, CompareRunEqualsTheSeparateMethodRun) {
   EXPECT_NE(read(p, "compare", "evicted"), read(p, "target", "evicted"));  // the methods differ here
   expect_error_line(test::run_ckv("mask -q --model " + kTiny + " --tokens " + ids(dir) +
                                   " --context-end 20 --spans 3-5 --compare snapkv -o " + (dir / "x.h5").string()),
-                    "--compare needs --method");
+                    "--compare needs --method", 2);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "bound_common.h"
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "analysis/value_norms.h"
@@ -44,19 +46,8 @@ constexpr const char* kBuiltinQuestion = "Question: What colour is the lighthous
 std::vector<double> parse_fractions(const std::string& spec) {
   std::vector<double> out;
   std::stringstream ss(spec);
-  for (std::string item; std::getline(ss, item, ',');) {
-    double x = 0;
-    try {
-      size_t used = 0;
-      x = std::stod(item, &used);
-      if (used != item.size()) throw std::invalid_argument(item);
-    } catch (const std::exception&) {
-      fail<InputError>("--budgets: '{}' is not a number", item);
-    }
-    if (!(x > 0 && x <= 1)) fail<InputError>("--budgets: {} is outside (0, 1] (a fraction of the evictable context; use --keep N for counts)", item);
-    out.push_back(x);
-  }
-  if (out.empty()) fail<InputError>("--budgets: no budget given");
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(parse_budget_fraction(item, "--budgets"));
+  if (out.empty()) fail<UsageError>("--budgets: no budget given");
   return out;
 }
 
@@ -66,8 +57,11 @@ struct RecordInput {
   int64_t c = 0;
 };
 
-// Reads the selection file: {"<layer>": [[kv_head 0 positions], [kv_head 1 ...], ...]}.
-std::map<int64_t, std::vector<std::vector<int64_t>>> read_selection_file(const std::string& path) {
+// Reads the selection file: {"<layer>": [[kv_head 0 positions], [kv_head 1 ...], ...]}: a
+// layer index of the model, one list per KV head, each position >= 0 and listed once (the
+// upper end, the record's c, is checked per record by check_selection).
+std::map<int64_t, std::vector<std::vector<int64_t>>> read_selection_file(const std::string& path, int64_t n_layer,
+                                                                          int64_t n_kv_head) {
   std::map<int64_t, std::vector<std::vector<int64_t>>> out;
   if (path.empty()) return out;
   std::ifstream in(path);
@@ -75,11 +69,41 @@ std::map<int64_t, std::vector<std::vector<int64_t>>> read_selection_file(const s
   nlohmann::json j;
   try {
     in >> j;
-    for (auto& [layer, heads] : j.items()) out[std::stoll(layer)] = heads.get<std::vector<std::vector<int64_t>>>();
+    if (!j.is_object()) throw std::invalid_argument("not an object");
+    for (auto& [layer, heads] : j.items()) {
+      int64_t l = -1;
+      const auto [end, ec] = std::from_chars(layer.data(), layer.data() + layer.size(), l);
+      if (ec != std::errc() || end != layer.data() + layer.size() || l < 0 || l >= n_layer)
+        fail<InputError>("{}: layer \"{}\" is not a layer index below {}", path, layer, n_layer);
+      out[l] = heads.get<std::vector<std::vector<int64_t>>>();
+    }
+  } catch (const InputError&) {
+    throw;
   } catch (const std::exception& e) {
     fail<InputError>("{}: not a selection file {{\"<layer>\": [[positions per KV head]]}}: {}", path, e.what());
   }
+  for (const auto& [l, heads] : out) {
+    if (static_cast<int64_t>(heads.size()) != n_kv_head)
+      fail<InputError>("{}: layer {}: {} lists, the model has {} KV heads", path, l, heads.size(), n_kv_head);
+    for (size_t g = 0; g < heads.size(); ++g) {
+      std::set<int64_t> seen;
+      for (int64_t i : heads[g]) {
+        if (i < 0) fail<InputError>("{}: layer {} KV head {}: position {} is negative", path, l, g, i);
+        if (!seen.insert(i).second) fail<InputError>("{}: layer {} KV head {}: position {} listed twice", path, l, g, i);
+      }
+    }
+  }
   return out;
+}
+
+// A selection file's positions against a record's context [0, c).
+void check_selection(const std::string& path, int64_t layer, const std::vector<std::vector<int64_t>>& heads,
+                     int64_t c, const std::string& record) {
+  for (size_t g = 0; g < heads.size(); ++g)
+    for (int64_t i : heads[g])
+      if (i >= c)
+        fail<InputError>("{}: layer {} KV head {}: position {} outside the context [0, {}) of {}", path, layer, g, i,
+                         c, record);
 }
 
 class AnalysisRecorder : public Recorder {
@@ -105,7 +129,10 @@ class AnalysisRecorder : public Recorder {
       r.eval_rows = rec_.eval_rows;
       r.oracle = b.oracle;
       r.oracle_max_n = b.oracle_max_n;
-      if (auto it = files_[bi].find(layer); it != files_[bi].end()) r.file_kept = it->second;
+      if (auto it = files_[bi].find(layer); it != files_[bi].end()) {
+        check_selection(b.selection_file, layer, it->second, rec_.c, fmt::format("record \"{}\"", rec_.id));
+        r.file_kept = it->second;
+      }
       LayerResult part = analyze_layer(t, r, &pool_);
       if (bi == 0) {
         merged = std::move(part);
@@ -155,7 +182,8 @@ void add_analysis_options(CLI::App& cmd, AnalysisOptions& o) {
   }
   input->excludes(dump);
   cmd.add_option("--budgets", o.budgets, "Budgets as fractions of the evictable context, in (0, 1]")->capture_default_str();
-  cmd.add_option("--keep", o.keep, "Absolute budget: kept entries per KV head (replaces --budgets)");
+  cmd.add_option("--keep", o.keep, "Absolute budget: kept entries per KV head (replaces --budgets)")
+      ->each([&o](const std::string&) { o.keep_given = true; });
   cmd.add_option("--layers", o.layers, "Layers: all, or indices and ranges")->capture_default_str();
   cmd.add_option("--window", o.params.window,
                  "snapkv observation window: the last W context queries. The window's entries are "
@@ -175,10 +203,9 @@ void add_analysis_options(CLI::App& cmd, AnalysisOptions& o) {
 }
 
 void finish_options(AnalysisOptions& o) {
-  if (o.keep < 0) fail<InputError>("--keep {}: must be positive", o.keep);
-  if (o.keep == 0) parse_fractions(o.budgets);
-  if (o.params.kernel < 1 || o.params.kernel % 2 == 0) fail<InputError>("--kernel {}: must be odd and positive", o.params.kernel);
-  if (o.params.window < 1) fail<InputError>("--window {}: must be positive", o.params.window);
+  if (o.keep_given || o.keep != 0) check_keep(o.keep);
+  else parse_fractions(o.budgets);
+  validate_selection_params(o.params);
   o.params.pool = o.pool == "avg" ? PoolKind::Avg : PoolKind::Max;
   o.params.gqa_reduce = o.gqa_reduce == "max" ? GqaReduce::Max : GqaReduce::Mean;
 }
@@ -216,10 +243,11 @@ int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std
   prov.set("model_sha256", sha);
   const std::vector<int64_t> layers = parse_index_list(o.layers, model.config.n_layer, "--layers");
   std::vector<std::map<int64_t, std::vector<std::vector<int64_t>>>> files;
-  for (const AnalysisBlock& b : blocks) files.push_back(read_selection_file(b.selection_file));
+  for (const AnalysisBlock& b : blocks)
+    files.push_back(read_selection_file(b.selection_file, model.config.n_layer, model.config.n_kv_head));
   ThreadPool pool(g.resolved_threads());
   if (!shard.is_whole() && o.input_jsonl.empty())
-    fail<InputError>("--shard {}: sharding needs a JSONL batch (--input)", shard.to_string());
+    fail<UsageError>("--shard {}: sharding needs a JSONL batch (--input)", shard.to_string());
   int64_t skipped = 0;
 
   if (!o.dump.empty()) {
@@ -252,16 +280,29 @@ int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std
         continue;
       }
       const h5::Group r = f.open_group("records/" + id);
-      BoundRecord rec = prepare(o, id, r.attr_int("n_tokens"), r.attr_int("context_end"));
+      // Every dataset the analysis indexes is checked against the record's attributes and
+      // the model: a hostile or damaged dump must not steer reads out of bounds.
+      const std::string where = fmt::format("{}: record \"{}\"", o.dump, id);
+      const ModelConfig& cf = model.config;
+      const int64_t n = r.attr_int("n_tokens"), c = r.attr_int("context_end");
+      if (n < 1 || (cf.context_length > 0 && n > cf.context_length))
+        fail<FormatError>("{}: n_tokens {} is outside [1, {}]", where, n, cf.context_length > 0 ? cf.context_length : n);
+      if (c < 1 || c > n) fail<FormatError>("{}: context_end {} is outside [1, n_tokens = {}]", where, c, n);
+      BoundRecord rec = prepare(o, id, n, c);
       rec.index = static_cast<int64_t>(index);
       AnalysisRecorder rc(model, blocks, rec, pool, files);
       for (int64_t l : layers) {
         const h5::Group lg = r.open_group(fmt::format("layers/{}", l));
-        auto load = [&](const char* name) {
+        auto load = [&](const char* name, int64_t heads) {
           const h5::Dataset ds = lg.open_dataset(name);
+          const std::vector<int64_t> want{heads, n, cf.d_head};
+          if (ds.shape() != want)
+            fail<FormatError>("{}: layer {} {} has shape [{}], expected [{}] from n_tokens and the model", where, l,
+                              name, fmt::join(ds.shape(), ", "), fmt::join(want, ", "));
           return Tensor(ds.shape(), ds.read<float>());
         };
-        rc.analyze(l, load("q"), load("k"), load("v"), model.weights.layers.at(static_cast<size_t>(l)).wo);
+        const Tensor q = load("q", cf.n_head), k = load("k", cf.n_kv_head), v = load("v", cf.n_kv_head);
+        rc.analyze(l, q, k, v, model.weights.layers.at(static_cast<size_t>(l)).wo);
       }
       sink.write(rec);
     }

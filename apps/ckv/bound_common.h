@@ -25,6 +25,7 @@ struct AnalysisOptions {
   std::string dump;            // --dump FILE.h5
   std::string budgets = "0.025,0.05,0.1,0.2,0.4";
   int64_t keep = 0;            // --keep N
+  bool keep_given = false;     // --keep was on the command line (--keep 0 is refused, not ignored)
   std::string layers = "all";
   SelectionParams params;
   std::string pool = "max", gqa_reduce = "mean";
@@ -35,10 +36,11 @@ struct AnalysisOptions {
 
 void add_analysis_options(CLI::App& cmd, AnalysisOptions& o);
 
-// Budgets per KV head for a context of c entries. Throws InputError for fractions outside
-// (0, 1] or --keep above c, naming the record.
+// Budgets per KV head for a context of c entries. Throws UsageError for fractions outside
+// (0, 1] and InputError for --keep above c, naming the record.
 std::vector<int64_t> resolve_budgets(const AnalysisOptions& o, int64_t c, const std::string& record);
-// Parses and checks --budgets / --pool / --gqa-reduce into o.params; throws InputError.
+// Parses and checks --budgets / --keep / --pool / --gqa-reduce and the selection flags
+// (validate_selection_params) into o.params; throws UsageError.
 void finish_options(AnalysisOptions& o);
 
 // One block of the first output axis: methods run with one parameter set.

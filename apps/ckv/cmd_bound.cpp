@@ -36,21 +36,21 @@ std::vector<MethodSpec> parse_methods(const std::string& spec) {
     depth += ch == '(' ? 1 : ch == ')' ? -1 : 0;
     cur += ch;
   }
-  if (depth != 0) fail<InputError>("--methods: '{}' lacks its closing ')'", spec);
-  if (out.empty()) fail<InputError>("--methods: no method given");
+  if (depth != 0) fail<UsageError>("--methods: '{}' lacks its closing ')'", spec);
+  if (out.empty()) fail<UsageError>("--methods: no method given");
   return out;
 }
 
 void run_bound(BoundOptions& o, const GlobalOptions& g) {
   finish_options(o.a);
-  if (!(o.alpha > 0 && o.alpha <= 1)) fail<InputError>("--alpha {}: outside (0, 1]", o.alpha);
+  if (!(o.alpha > 0 && o.alpha <= 1)) fail<UsageError>("--alpha {}: outside (0, 1]", o.alpha);
   o.a.params.alpha = o.alpha;
   AnalysisBlock block{parse_methods(o.methods), o.a.params, o.oracle, o.oracle_max_n, o.selection_file};
   for (const MethodSpec& m : block.methods) {
     if (m.leaf().kind == MethodSpec::Kind::File && o.selection_file.empty())
-      fail<InputError>("--methods: 'file' needs --selection-file");
+      fail<UsageError>("--methods: 'file' needs --selection-file");
     if (m.leaf().kind == MethodSpec::Kind::Oracle && !o.oracle)
-      fail<InputError>("--methods: 'oracle' needs --oracle");
+      fail<UsageError>("--methods: 'oracle' needs --oracle");
   }
   if (o.oracle && std::none_of(block.methods.begin(), block.methods.end(),
                                [](const MethodSpec& m) { return m.kind == MethodSpec::Kind::Oracle; }))

@@ -29,12 +29,12 @@ std::vector<double> parse_alphas(const std::string& spec) {
     try {
       x = std::stod(item);
     } catch (const std::exception&) {
-      fail<InputError>("--alpha: '{}' is not a number", item);
+      fail<UsageError>("--alpha: '{}' is not a number", item);
     }
-    if (!(x > 0 && x <= 1)) fail<InputError>("--alpha: {} is outside (0, 1]", item);
+    if (!(x > 0 && x <= 1)) fail<UsageError>("--alpha: {} is outside (0, 1]", item);
     out.push_back(x);
   }
-  if (out.empty()) fail<InputError>("--alpha: no value given");
+  if (out.empty()) fail<UsageError>("--alpha: no value given");
   return out;
 }
 
@@ -43,7 +43,7 @@ void run_check(CheckOptions& o, const GlobalOptions& g) {
   const std::vector<double> alphas = parse_alphas(o.alphas);
   const MethodSpec method = MethodSpec::parse(o.method);
   if (method.leaf().kind == MethodSpec::Kind::File || method.leaf().kind == MethodSpec::Kind::Oracle)
-    fail<InputError>("--method {}: check needs a scored method", o.method);
+    fail<UsageError>("--method {}: check needs a scored method", o.method);
   std::vector<AnalysisBlock> blocks;
   std::vector<std::string> labels;
   for (double alpha : alphas) {

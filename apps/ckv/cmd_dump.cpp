@@ -271,7 +271,8 @@ DumpFile open_dump(const AtomicOutput& out, const Provenance& prov, const Model&
 
 void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
   const auto started = std::chrono::steady_clock::now();
-  if (g.device != "cpu") fail<UnsupportedError>("--device {}: dump runs on cpu for now", g.device);
+  if (o.window < 1) fail<UsageError>("--window {}: must be at least 1", o.window);
+  if (o.max_bytes < 0) fail<UsageError>("--max-bytes {}: must not be negative", o.max_bytes);
   DumpSettings settings;
   settings.what = DumpContents::parse(o.what);
   settings.dtype = o.dtype == "f32" ? h5::DType::F32 : h5::DType::F16;

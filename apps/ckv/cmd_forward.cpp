@@ -118,7 +118,6 @@ void run_timing(const ForwardCmdOptions& o, Forward& forward, const std::vector<
 }
 
 void run_forward(const ForwardCmdOptions& o, const GlobalOptions& g) {
-  if (g.device != "cpu") fail<UnsupportedError>("--device {}: the forward pass runs on cpu for now", g.device);
   Model model = load_model(g.model_path());
   std::vector<int32_t> ids = prompt_tokens(o.input, model, kBuiltinPrompt);
   Forward forward(model, {.threads = g.resolved_threads()});

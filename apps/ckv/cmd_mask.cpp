@@ -45,6 +45,8 @@ struct MaskOptions {
   std::string input_jsonl, question, answer;
   int64_t context_end = -1;  // with --tokens
   std::string spans, span_name, selection_file, method, budget;
+  int64_t keep = 0;  // --keep N: kept entries per KV head, instead of --budget
+  bool keep_given = false;
   std::string compare;  // --compare: a second method at the same budget, run beside --method
   int64_t window = 32, kernel = 7;
   std::string pool = "max";
@@ -65,6 +67,21 @@ struct Prepared {
   std::optional<std::string> answer;
   NamedSpans spans;
 };
+
+// --window/--kernel/--pool/--sinks as the selection methods read them (checked by the same
+// validator as `ckv bound`'s).
+SelectionParams selection_params(const MaskOptions& o) {
+  SelectionParams sp;
+  sp.window = o.window;
+  sp.kernel = o.kernel;
+  sp.pool = o.pool == "avg" ? PoolKind::Avg : PoolKind::Max;
+  sp.sinks = o.sinks;
+  return sp;
+}
+
+std::string budget_text(const MaskOptions& o) {
+  return o.budget.empty() ? fmt::format("keep {}", o.keep) : "budget " + o.budget;
+}
 
 bool contains_answer(std::string text, std::string answer) {
   const auto lower = [](std::string& s) {
@@ -122,15 +139,10 @@ class MaskJob {
     method_.reset();
     compare_.reset();
     if (!o_.method.empty()) {
-      target.source = fmt::format("method {} budget {}", o_.method, o_.budget);
+      target.source = fmt::format("method {} {}", o_.method, budget_text(o_));
       target.plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, p.c, prompt_len);
-      SelectionParams sp;
-      sp.window = o_.window;
-      sp.kernel = o_.kernel;
-      sp.pool = o_.pool == "avg" ? PoolKind::Avg : PoolKind::Max;
-      sp.sinks = o_.sinks;
-      method_ = MethodMask{.method = MethodSpec::parse(o_.method), .budget = parse_budget(o_.budget, p.c),
-                           .params = sp, .c = p.c, .eval_rows = rec.eval_rows, .layers = layers, .kv_heads = kv_heads,
+      method_ = MethodMask{.method = MethodSpec::parse(o_.method), .budget = mask_budget(o_.budget, o_.keep, p.c),
+                           .params = selection_params(o_), .c = p.c, .eval_rows = rec.eval_rows, .layers = layers, .kv_heads = kv_heads,
                            .pool = &pool_};
       if (!o_.compare.empty()) {
         compare_ = method_;
@@ -157,7 +169,7 @@ class MaskJob {
       // own masked pass, measured against the same unmasked run.
       MaskRun run;
       run.name = "compare";
-      run.source = fmt::format("method {} budget {}", o_.compare, o_.budget);
+      run.source = fmt::format("method {} {}", o_.compare, budget_text(o_));
       run.plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, p.c, prompt_len);
       measure(rec, full, full_out, answer_ids, logit_rows, run, o_.generate > 0);
       rec.runs.push_back(std::move(run));
@@ -308,15 +320,23 @@ std::string input_sha256(const MaskOptions& o) {
 
 void run_mask(const MaskOptions& o, const GlobalOptions& g) {
   namespace fs = std::filesystem;
-  if (g.device != "cpu") fail<UnsupportedError>("--device {}: mask runs on cpu for now", g.device);
   const int sources = !o.spans.empty() + !o.span_name.empty() + !o.selection_file.empty() + !o.method.empty();
   if (sources != 1)
-    fail<InputError>("mask: give exactly one of --spans, --span-name, --selection-file, --method");
-  if (o.method.empty() != o.budget.empty()) fail<InputError>("mask: --method and --budget go together");
-  if (!o.compare.empty() && o.method.empty()) fail<InputError>("mask: --compare needs --method (it runs at the same --budget)");
+    fail<UsageError>("mask: give exactly one of --spans, --span-name, --selection-file, --method");
+  const bool budget_given = !o.budget.empty() || o.keep_given;
+  if (!o.budget.empty() && o.keep_given) fail<UsageError>("mask: give --budget FRACTION or --keep N, not both");
+  if (o.method.empty() != !budget_given) fail<UsageError>("mask: --method goes with --budget FRACTION or --keep N");
+  if (!o.compare.empty() && o.method.empty()) fail<UsageError>("mask: --compare needs --method (it runs at the same --budget)");
+  if (!o.method.empty()) {
+    MethodSpec::parse(o.method);
+    if (!o.compare.empty()) MethodSpec::parse(o.compare);
+    if (!o.budget.empty()) parse_budget_fraction(o.budget, "--budget");
+    else check_keep(o.keep);
+  }
+  validate_selection_params(selection_params(o));
   const Shard shard = Shard::resolve(o.shard);
   if (!shard.is_whole() && o.input_jsonl.empty())
-    fail<InputError>("--shard {}: sharding needs a JSONL batch (--input)", shard.to_string());
+    fail<UsageError>("--shard {}: sharding needs a JSONL batch (--input)", shard.to_string());
   // Refuse existing outputs before the model load and hashing; the real checks follow.
   if (!o.force && !o.resume) {
     AtomicOutput(o.out, {});
@@ -333,7 +353,7 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
   prov.set("input_file", input_file);
   prov.set("input_sha256", input_sha256(o));
   set_shard_provenance(prov, shard, o.input_jsonl.empty() ? 1 : count_input_records(o.input_jsonl));
-  nlohmann::json settings = {{"spans", o.spans}, {"span_name", o.span_name}, {"selection_file", o.selection_file}, {"method", o.method}, {"compare", o.compare}, {"budget", o.budget},
+  nlohmann::json settings = {{"spans", o.spans}, {"span_name", o.span_name}, {"selection_file", o.selection_file}, {"method", o.method}, {"compare", o.compare}, {"budget", o.budget}, {"keep", o.keep},
                              {"layers", o.layers}, {"heads", o.heads}, {"sinks", o.sinks}, {"placebo", o.placebo},
                              {"match_tol", o.match_tol}, {"seed", o.seed}, {"generate", o.generate},
                              {"verify_physical", o.verify_physical}};
@@ -416,9 +436,11 @@ void register_mask(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--compare", o->compare, "With --method: also evict by this method at the same --budget (a run "
                   "named 'compare') and print both per-layer perturbations side by side, e.g. --method snapkv "
                   "--compare 'criticalkv(snapkv)' (the paper's Figure 5)");
-  cmd->add_option("--budget", o->budget, "Kept entries per KV head with --method: a fraction (0.2) or a count");
+  cmd->add_option("--budget", o->budget, "With --method: kept entries per KV head as a fraction of the context in (0, 1], as `ckv bound --budgets`");
+  cmd->add_option("--keep", o->keep, "With --method: kept entries per KV head as a count (instead of --budget)")
+      ->each([o](const std::string&) { o->keep_given = true; });
   cmd->add_option("--window", o->window, "snapkv observation window")->capture_default_str();
-  cmd->add_option("--kernel", o->kernel, "snapkv pooling kernel")->capture_default_str();
+  cmd->add_option("--kernel", o->kernel, "snapkv pooling kernel (odd)")->capture_default_str();
   cmd->add_option("--pool", o->pool, "snapkv pooling")->check(CLI::IsMember({"max", "avg"}))->capture_default_str();
   cmd->add_option("--layers", o->layers, "Layers to mask: all, or indices and ranges (0-3,10)")->capture_default_str();
   cmd->add_option("--heads", o->heads, "KV heads to mask: all, or indices and ranges")->capture_default_str();

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "common.h"
 #include "core/atomic_file.h"
@@ -13,6 +14,7 @@
 #include "core/progress.h"
 #include "data/niah.h"
 #include "io/gguf.h"
+#include "model/config.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -28,11 +30,31 @@ struct NiahCliOptions {
   bool force = false;
 };
 
-// The tokenizer alone (no weights): a .gguf file, a tokenizer.json, or an HF directory.
-std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path) {
-  if (std::filesystem::is_directory(path)) return tokenizer_from_json(path / "tokenizer.json");
-  if (path.extension() == ".json") return tokenizer_from_json(path);
-  return tokenizer_from_gguf(GgufFile(path));
+// The tokenizer alone (no weights) and the model's context length (0: unknown, a bare
+// tokenizer.json): a .gguf file, a tokenizer.json, or an HF directory.
+struct NiahModel {
+  std::unique_ptr<Tokenizer> tokenizer;
+  int64_t context_length = 0;
+};
+
+NiahModel load_tokenizer(const std::filesystem::path& path) {
+  if (std::filesystem::is_directory(path)) {
+    NiahModel m{tokenizer_from_json(path / "tokenizer.json"), 0};
+    const std::filesystem::path config = path / "config.json";
+    std::ifstream in(config);
+    if (!in) fail<IoError>("{}: cannot open", config.string());
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      fail<FormatError>("{}: not valid JSON ({})", config.string(), e.what());
+    }
+    m.context_length = config_from_hf_json(j, config.string()).context_length;
+    return m;
+  }
+  if (path.extension() == ".json") return {tokenizer_from_json(path), 0};
+  const GgufFile gguf(path);
+  return {tokenizer_from_gguf(gguf), config_from_gguf(gguf).context_length};
 }
 
 std::vector<double> parse_depths(const std::string& spec) {
@@ -47,7 +69,7 @@ std::vector<double> parse_depths(const std::string& spec) {
       used = 0;
     }
     if (used == 0 || used != item.size() || !(d >= 0 && d <= 1))
-      fail<InputError>("--depths: \"{}\" is not a number in [0, 1]", item);
+      fail<UsageError>("--depths: \"{}\" is not a number in [0, 1]", item);
     out.push_back(d);
   }
   return out;
@@ -63,7 +85,11 @@ void run_niah(NiahCliOptions o, const GlobalOptions& g) {
   }
   o.niah.value_kind = o.value_type == "uuids" ? NiahValueKind::Uuids : NiahValueKind::Numbers;
   if (!o.depths.empty()) o.niah.depths = parse_depths(o.depths);
-  const std::unique_ptr<Tokenizer> tok = load_tokenizer(g.model_path());
+  const NiahModel model = load_tokenizer(g.model_path());
+  const std::unique_ptr<Tokenizer>& tok = model.tokenizer;
+  if (model.context_length > 0 && o.niah.length > model.context_length)
+    fail<UsageError>("--length {}: longer than the model's context of {} tokens ({})", o.niah.length,
+                     model.context_length, g.model_path());
 
   std::optional<AtomicOutput> out;
   std::ofstream file;

@@ -11,18 +11,21 @@ namespace ckv::app {
 struct GlobalOptions {
   std::string model;       // --model PATH; empty means the embedded default model
   std::string device = "cpu";
-  int threads = 0;         // 0: all hardware threads
+  int threads = 0;         // 0: all hardware threads; more than those are capped to them
   bool quiet = false;
   bool progress = false;   // force the progress bar even when stderr is not a terminal
   int argc = 0;            // the process's command line, for provenance
   const char* const* argv = nullptr;
+
+  mutable bool threads_capped_noted = false;  // the cap is reported once per process
 
   ProgressMode progress_mode() const { return Progress::mode_from_flags(quiet, progress); }
   int resolved_threads() const;
   std::string model_path() const;  // --model, else the default model path
 };
 
-void add_model_options(CLI::App& cmd, GlobalOptions& g);
+void add_model_options(CLI::App& cmd, GlobalOptions& g);  // --model, --device, --threads
+void add_device_option(CLI::App& cmd, GlobalOptions& g);  // --device cpu (the only one)
 
 void register_info(CLI::App& app, GlobalOptions& g);
 void register_forward(CLI::App& app, GlobalOptions& g);

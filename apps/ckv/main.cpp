@@ -17,22 +17,45 @@
 namespace ckv::app {
 
 int GlobalOptions::resolved_threads() const {
-  if (threads > 0) return threads;
-  unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(hw);
+  const unsigned hw_count = std::thread::hardware_concurrency();
+  const int hw = hw_count == 0 ? 1 : static_cast<int>(hw_count);
+  if (threads <= 0) return hw;
+  // More threads than hardware threads only adds scheduling and wake-up cost (4096 threads
+  // made a 2-token forward pass take a minute): cap, and say so once.
+  if (threads <= hw) return threads;
+  if (!quiet && !threads_capped_noted) {
+    fmt::print(stderr, "ckv: note: --threads {} capped to the {} hardware threads\n", threads, hw);
+    threads_capped_noted = true;
+  }
+  return hw;
 }
 
 std::string GlobalOptions::model_path() const {
   return model.empty() ? default_model_path().string() : model;
 }
 
+void add_device_option(CLI::App& cmd, GlobalOptions& g) {
+  // Every subcommand runs on the CPU: --device cuda is refused here, in one place, so no
+  // subcommand runs on the CPU while its provenance says "cuda".
+  cmd.add_option("--device", g.device, "Compute device (cpu; the CUDA kernels are not wired into any subcommand yet)")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            if (value == "cpu") return {};
+            if (value == "cuda" || value.starts_with("cuda:"))
+              return value + ": this build runs every subcommand on the CPU only; use --device cpu";
+            return "unknown device '" + value + "' (known: cpu)";
+          },
+          "cpu", "device"))
+      ->capture_default_str();
+}
+
 void add_model_options(CLI::App& cmd, GlobalOptions& g) {
   cmd.add_option("-m,--model", g.model,
                  "Model: a .gguf file or an HF safetensors directory (default: the embedded "
                  "SmolLM2-135M-Instruct, or $CKV_MODEL)");
-  cmd.add_option("--device", g.device, "Compute device")->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd.add_option("-t,--threads", g.threads, "CPU threads (default: all cores)")
-      ->check(CLI::Range(0, 4096));
+  add_device_option(cmd, g);
+  cmd.add_option("-t,--threads", g.threads, "CPU threads (default: all hardware threads; more are capped to them)")
+      ->check(CLI::Range(0, 1 << 20));
 }
 
 // Prints the error as one line (messages from libraries such as HDF5 may carry newlines)
@@ -42,7 +65,8 @@ int fail_with(int code, const char* kind, std::string message) {
   std::replace(message.begin(), message.end(), '\n', ' ');
   while (!message.empty() && message.back() == ' ') message.pop_back();
   std::fflush(stdout);
-  fmt::print(stderr, "ckv: {}: {}\n", kind, message);
+  // Messages thrown through ckv::fail are escaped already; library messages may quote raw bytes.
+  fmt::print(stderr, "ckv: {}: {}\n", kind, ckv::escape_control(message));
   return code;
 }
 
@@ -77,6 +101,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return fail_with(2, "error", e.what());
+  } catch (const ckv::UsageError& e) {
+    return fail_with(2, "error", e.what());  // a flag's value: the command line must change
   } catch (const ckv::Error& e) {
     return fail_with(1, "error", e.what());
   } catch (const std::bad_alloc&) {

@@ -30,13 +30,13 @@ std::string_view trim(std::string_view s) {
 
 void check_lists(const std::vector<int64_t>& layers, const std::vector<int64_t>& kv_heads,
                  int64_t n_layer, int64_t n_kv_head) {
-  if (layers.empty()) fail<InputError>("--layers: no layer selected");
-  if (kv_heads.empty()) fail<InputError>("--heads: no KV head selected");
+  if (layers.empty()) fail<UsageError>("--layers: no layer selected");
+  if (kv_heads.empty()) fail<UsageError>("--heads: no KV head selected");
   for (int64_t l : layers)
-    if (l < 0 || l >= n_layer) fail<InputError>("--layers: layer {} outside the model's {}", l, n_layer);
+    if (l < 0 || l >= n_layer) fail<UsageError>("--layers: layer {} outside the model's {}", l, n_layer);
   for (int64_t g : kv_heads)
     if (g < 0 || g >= n_kv_head)
-      fail<InputError>("--heads: KV head {} outside the model's {}", g, n_kv_head);
+      fail<UsageError>("--heads: KV head {} outside the model's {}", g, n_kv_head);
 }
 
 }  // namespace
@@ -193,10 +193,15 @@ EvictionPlan plan_from_selection_file(const std::filesystem::path& path, int64_t
       fail<InputError>("{}: layer {}: {} lists, the model has {} KV heads", f, l, heads.size(), n_kv_head);
     for (int64_t g = 0; g < n_kv_head; ++g) {
       std::vector<int64_t> positions;
+      if (!heads[static_cast<size_t>(g)].is_array())
+        fail<InputError>("{}: layer {} KV head {}: expected a list of positions", f, l, g);
+      std::vector<char> seen(static_cast<size_t>(c), 0);
       for (const auto& x : heads[static_cast<size_t>(g)]) {
         if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= c)
           fail<InputError>("{}: layer {} KV head {}: position {} outside the context [0, {})", f,
                            l, g, x.dump(), c);
+        if (seen[static_cast<size_t>(x.get<int64_t>())]++)
+          fail<InputError>("{}: layer {} KV head {}: position {} listed twice", f, l, g, x.dump());
         positions.push_back(x.get<int64_t>());
       }
       if (kept && positions.empty())
@@ -216,19 +221,16 @@ EvictionPlan plan_from_selection_file(const std::filesystem::path& path, int64_t
 namespace ckv {
 
 int64_t parse_budget(std::string_view text, int64_t c) {
-  double v = 0;
-  try {
-    size_t used = 0;
-    v = std::stod(std::string(text), &used);
-    if (used != text.size()) throw std::invalid_argument("trailing");
-  } catch (const std::exception&) {
-    fail<InputError>("--budget: '{}' is neither a fraction (0.2) nor a count (100)", text);
-  }
-  if (!(v > 0)) fail<InputError>("--budget {}: keeps nothing of the context", text);
-  const int64_t b = v < 1 ? budget_from_fraction(c, v) : static_cast<int64_t>(v);
-  if (v >= 1 && static_cast<double>(b) != v) fail<InputError>("--budget {}: a count must be an integer", text);
+  const int64_t b = budget_from_fraction(c, parse_budget_fraction(text, "--budget"));
   if (b >= c) fail<InputError>("--budget {}: keeps all {} context entries, nothing to evict", text, c);
   return b;
+}
+
+int64_t mask_budget(std::string_view fraction, int64_t keep, int64_t c) {
+  if (!fraction.empty()) return parse_budget(fraction, c);
+  check_keep(keep);
+  if (keep >= c) fail<InputError>("--keep {}: keeps all {} context entries, nothing to evict", keep, c);
+  return keep;
 }
 
 std::function<void(int64_t, const Tensor&, const Tensor&, const Tensor&, std::vector<AttentionMaskSpan>&)>

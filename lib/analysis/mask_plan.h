@@ -109,7 +109,12 @@ std::function<void(int64_t, const Tensor&, const Tensor&, const Tensor&, std::ve
 method_mask_source(const ModelConfig& config, const ModelWeights& weights, const MethodMask& request,
                    EvictionPlan* plan);
 
-// "0.2" (a fraction of the c evictable entries, kvpress's rounding) or "100" (entries).
+// --budget "0.2": a fraction of the c evictable entries in (0, 1] with kvpress's rounding,
+// exactly as `ckv bound --budgets` reads it (parse_budget_fraction; UsageError otherwise).
+// InputError when the budget keeps the whole context (nothing to evict).
 int64_t parse_budget(std::string_view text, int64_t c);
+// The kept entries per KV head of `ckv mask --method`: --budget FRACTION when `fraction` is
+// not empty, else --keep `keep` (check_keep); InputError when it keeps all c entries.
+int64_t mask_budget(std::string_view fraction, int64_t keep, int64_t c);
 
 }  // namespace ckv

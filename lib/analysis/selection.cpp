@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 #include "core/error.h"
 
@@ -84,6 +86,23 @@ void check_scores(const ScoreMatrix& m, const SelectionInputs& in, std::string_v
     fail<InputError>("selection: the {} scores are missing or not [{}, {}]", what, in.n_kv_head, in.c);
 }
 
+// A selection file's kept positions index [c]-sized buffers: each must be in [0, c) and
+// appear once (a duplicate would also inflate the kept count).
+void check_file_kept(const SelectionInputs& in) {
+  if (static_cast<int64_t>(in.file_kept.size()) != in.n_kv_head)
+    fail<InputError>("selection: the --selection-file entry of this layer has {} lists, not one per KV head ({})",
+                     in.file_kept.size(), in.n_kv_head);
+  for (int64_t g = 0; g < in.n_kv_head; ++g) {
+    std::vector<char> seen(static_cast<size_t>(in.c), 0);
+    for (int64_t i : in.file_kept[static_cast<size_t>(g)]) {
+      if (i < 0 || i >= in.c)
+        fail<InputError>("selection: KV head {}: position {} outside the context [0, {})", g, i, in.c);
+      if (seen[static_cast<size_t>(i)]++)
+        fail<InputError>("selection: KV head {}: position {} listed twice", g, i);
+    }
+  }
+}
+
 }  // namespace
 
 MethodSpec MethodSpec::parse(std::string_view text) {
@@ -91,19 +110,19 @@ MethodSpec MethodSpec::parse(std::string_view text) {
   MethodSpec spec;
   const size_t open = s.find('(');
   if (open != std::string_view::npos) {
-    if (s.back() != ')') fail<InputError>("--methods: '{}' lacks its closing ')'", s);
+    if (s.back() != ')') fail<UsageError>("--methods: '{}' lacks its closing ')'", s);
     const std::string_view head = trim(s.substr(0, open));
     const std::string_view inner = s.substr(open + 1, s.size() - open - 2);
     if (head == "adakv") spec.kind = Kind::AdaKV;
     else if (head == "criticalkv") spec.kind = Kind::CriticalKV;
-    else fail<InputError>("--methods: unknown method '{}' (known: {})", head, kKnownMethods);
+    else fail<UsageError>("--methods: unknown method '{}' (known: {})", head, kKnownMethods);
     MethodSpec base = parse(inner);
     if (base.kind == Kind::CriticalKV)
-      fail<InputError>("--methods: '{}': criticalkv must be the outermost method", s);
+      fail<UsageError>("--methods: '{}': criticalkv must be the outermost method", s);
     if (spec.kind == Kind::AdaKV && base.kind == Kind::AdaKV)
-      fail<InputError>("--methods: '{}': adakv cannot wrap adakv", s);
+      fail<UsageError>("--methods: '{}': adakv cannot wrap adakv", s);
     if (base.leaf().kind == Kind::File || base.leaf().kind == Kind::Oracle)
-      fail<InputError>("--methods: '{}': {} has no scores to build on", s, base.leaf().name());
+      fail<UsageError>("--methods: '{}': {} has no scores to build on", s, base.leaf().name());
     spec.base = std::make_shared<const MethodSpec>(std::move(base));
     return spec;
   }
@@ -113,7 +132,7 @@ MethodSpec MethodSpec::parse(std::string_view text) {
   else if (s == "streaming") spec.kind = Kind::Streaming;
   else if (s == "file") spec.kind = Kind::File;
   else if (s == "oracle") spec.kind = Kind::Oracle;
-  else fail<InputError>("--methods: unknown method '{}' (known: {})", s, kKnownMethods);
+  else fail<UsageError>("--methods: unknown method '{}' (known: {})", s, kKnownMethods);
   return spec;
 }
 
@@ -129,6 +148,37 @@ std::string MethodSpec::name() const {
     case Kind::CriticalKV: return "criticalkv(" + base->name() + ")";
   }
   return "?";
+}
+
+void validate_selection_params(const SelectionParams& p) {
+  if (p.window < 1) fail<UsageError>("--window {}: must be at least 1", p.window);
+  if (p.kernel < 1 || p.kernel % 2 == 0 || p.kernel > kMaxKernel)
+    fail<UsageError>("--kernel {}: must be odd, in [1, {}]", p.kernel, kMaxKernel);
+  if (p.h2o_rows < 1) fail<UsageError>("--h2o-rows {}: must be at least 1", p.h2o_rows);
+  if (p.sinks < 0) fail<UsageError>("--sinks {}: must not be negative", p.sinks);
+  if (!(p.alpha > 0 && p.alpha <= 1)) fail<UsageError>("--alpha {}: outside (0, 1]", p.alpha);
+  if (!(p.alpha_safe >= 0 && p.alpha_safe <= 1)) fail<UsageError>("--alpha-safe {}: outside [0, 1]", p.alpha_safe);
+  if (!(std::isfinite(p.eps) && p.eps >= 0)) fail<UsageError>("--eps {}: must be finite and not negative", p.eps);
+}
+
+double parse_budget_fraction(std::string_view text, std::string_view flag) {
+  double x = 0;
+  const std::string item(trim(text));
+  try {
+    size_t used = 0;
+    x = std::stod(item, &used);
+    if (used != item.size()) throw std::invalid_argument(item);
+  } catch (const std::exception&) {
+    fail<UsageError>("{}: '{}' is not a number", flag, item);
+  }
+  if (!(x > 0 && x <= 1))
+    fail<UsageError>("{}: {} is outside (0, 1] (a fraction of the evictable context; use --keep N for counts)",
+                     flag, item);
+  return x;
+}
+
+void check_keep(int64_t keep) {
+  if (keep < 1) fail<UsageError>("--keep {}: must be at least 1 (kept entries per KV head)", keep);
 }
 
 int64_t budget_from_fraction(int64_t c, double fraction) {
@@ -171,10 +221,9 @@ Eigen::RowVectorXd pool_row(const Eigen::RowVectorXd& row, int64_t kernel, PoolK
   Eigen::RowVectorXd out(n);
   for (int64_t i = 0; i < n; ++i) {
     double acc = pool == PoolKind::Max ? -std::numeric_limits<double>::infinity() : 0.0;
-    for (int64_t j = i - pad; j <= i + pad; ++j) {
-      if (j < 0 || j >= n) continue;  // max pads with -inf, avg with zeros (still divides by kernel)
+    // Max pads with -inf, avg with zeros (still divides by kernel): only [0, n) contributes.
+    for (int64_t j = std::max<int64_t>(0, i - pad), end = std::min(n - 1, i + pad); j <= end; ++j)
       acc = pool == PoolKind::Max ? std::max(acc, row[j]) : acc + row[j];
-    }
     out[i] = pool == PoolKind::Max ? acc : acc / static_cast<double>(kernel);
   }
   return out;
@@ -197,8 +246,7 @@ ScoreMatrix leaf_scores(const MethodSpec& leaf, const SelectionInputs& in, int64
       return s;
     }
     case Kind::File: {
-      if (static_cast<int64_t>(in.file_kept.size()) != in.n_kv_head)
-        fail<InputError>("selection: no --selection-file entry for this layer");
+      check_file_kept(in);
       ScoreMatrix s = ScoreMatrix::Zero(in.n_kv_head, in.c);
       for (int64_t g = 0; g < in.n_kv_head; ++g)
         for (int64_t i : in.file_kept[static_cast<size_t>(g)]) s(g, i) = 1;
@@ -218,9 +266,8 @@ Selection select(const MethodSpec& method, const SelectionInputs& in, int64_t bu
   out.kept.resize(static_cast<size_t>(h_count));
   out.stage1.resize(static_cast<size_t>(h_count));
   if (method.kind == Kind::File) {
+    check_file_kept(in);
     for (int64_t g = 0; g < h_count; ++g) {
-      if (static_cast<int64_t>(in.file_kept.size()) != h_count)
-        fail<InputError>("selection: no --selection-file entry for this layer");
       out.kept[static_cast<size_t>(g)] = sorted(in.file_kept[static_cast<size_t>(g)]);
       out.stage1[static_cast<size_t>(g)] = out.kept[static_cast<size_t>(g)];
     }

@@ -41,6 +41,16 @@ struct SelectionParams {
   GqaReduce gqa_reduce = GqaReduce::Mean;
 };
 
+// The largest snapkv pooling kernel accepted: a kernel wider than twice the context pools
+// every entry over the whole context, and the cost grows with the kernel.
+inline constexpr int64_t kMaxKernel = 1023;
+
+// The one check of the selection flags shared by `ckv bound`, `ckv check` and `ckv mask`:
+// --window >= 1, --kernel odd in [1, kMaxKernel], --h2o-rows >= 1, --sinks >= 0,
+// --alpha in (0, 1], --alpha-safe in [0, 1], --eps finite and >= 0. Throws UsageError
+// naming the flag.
+void validate_selection_params(const SelectionParams& params);
+
 // A method expression: attn, snapkv, h2o, streaming, file, oracle, adakv(X), criticalkv(X).
 struct MethodSpec {
   enum class Kind { Attn, SnapKV, H2O, Streaming, File, Oracle, AdaKV, CriticalKV };
@@ -57,6 +67,14 @@ struct MethodSpec {
 
 // kvpress's compute_n_kept with compression_ratio = 1 - fraction: max(1, int(c * fraction)).
 int64_t budget_from_fraction(int64_t c, double fraction);
+
+// One budget as `ckv bound --budgets` and `ckv mask --budget` read it: a fraction of the
+// evictable context in (0, 1] (1 keeps everything); counts go through --keep. Throws
+// UsageError naming `flag`.
+double parse_budget_fraction(std::string_view text, std::string_view flag);
+
+// --keep N: kept entries per KV head; N >= 1. Throws UsageError.
+void check_keep(int64_t keep);
 
 using ScoreMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 

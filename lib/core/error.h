@@ -4,6 +4,7 @@
 // in one line.
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -33,15 +34,35 @@ class InputError : public Error {
   using Error::Error;
 };
 
+// A flag whose value is wrong in itself (out of range, malformed, contradicting another
+// flag): the command line must change. apps/ exits 2 for it, as for CLI11's parse errors.
+class UsageError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
 // An operating-system failure: a file that cannot be opened, mapped or written.
 class IoError : public Error {
  public:
   using Error::Error;
 };
 
+// `text` with every control byte (and DEL) written as \xNN, so a message that quotes a file
+// cannot carry terminal escapes or line breaks, nor be cut at a NUL by what().
+inline std::string escape_control(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto b = static_cast<unsigned char>(ch);
+    if (b < 0x20 || b == 0x7F) out += fmt::format("\\x{:02x}", b);
+    else out += ch;
+  }
+  return out;
+}
+
 template <typename E = Error, typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
-  throw E(fmt::format(f, std::forward<Args>(args)...));
+  throw E(escape_control(fmt::format(f, std::forward<Args>(args)...)));
 }
 
 }  // namespace ckv

@@ -14,7 +14,9 @@
 namespace ckv {
 
 MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (or a device that waits) returns at once, so the regular-file
+  // check below refuses it instead of blocking forever. It has no effect on regular files.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail<IoError>("{}: cannot open: {}", path.string(), std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

@@ -30,13 +30,13 @@ std::string Shard::to_string() const { return fmt::format("{}/{}", index, count)
 Shard Shard::parse(std::string_view spec, std::string_view flag) {
   const size_t slash = spec.find('/');
   if (slash == std::string_view::npos)
-    fail<InputError>("{}: \"{}\" is not of the form i/N (e.g. 0/8)", flag, spec);
+    fail<UsageError>("{}: \"{}\" is not of the form i/N (e.g. 0/8)", flag, spec);
   const auto i = parse_int(spec.substr(0, slash));
   const auto n = parse_int(spec.substr(slash + 1));
-  if (!i || !n) fail<InputError>("{}: \"{}\" is not of the form i/N with integers i and N", flag, spec);
-  if (*n < 1) fail<InputError>("{}: \"{}\": the shard count N must be at least 1", flag, spec);
+  if (!i || !n) fail<UsageError>("{}: \"{}\" is not of the form i/N with integers i and N", flag, spec);
+  if (*n < 1) fail<UsageError>("{}: \"{}\": the shard count N must be at least 1", flag, spec);
   if (*i < 0 || *i >= *n)
-    fail<InputError>("{}: \"{}\": the shard index must be in [0, {})", flag, spec, *n);
+    fail<UsageError>("{}: \"{}\": the shard index must be in [0, {})", flag, spec, *n);
   return {*i, *n};
 }
 

@@ -6,11 +6,20 @@
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <Eigen/Core>
 
 namespace ckv {
+
+// Index of the first NaN or infinity in `values`, or -1: one branch-free (vectorisable)
+// pass, then a search only when something was found.
+int64_t first_non_finite(std::span<const float> values);
+
+// Throws FormatError "<name>: non-finite value <x> at element <i>" when `values` holds a NaN
+// or an infinity. Called once per weight where it becomes float32 (model_loader.cpp).
+void check_finite(std::string_view name, std::span<const float> values);
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using MatrixMap = Eigen::Map<RowMatrix>;

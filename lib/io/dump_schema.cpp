@@ -77,9 +77,9 @@ DumpContents DumpContents::parse(std::string_view list) {
     else if (item == "resid") w.resid = true;
     else if (item == "logits") w.logits = true;
     else if (item == "wo") w.wo = true;
-    else fail<InputError>("--what: unknown item '{}' (known: {})", item, fmt::join(kItems, ","));
+    else fail<UsageError>("--what: unknown item '{}' (known: {})", item, fmt::join(kItems, ","));
   }
-  if (w.names().empty()) fail<InputError>("--what: nothing to record");
+  if (w.names().empty()) fail<UsageError>("--what: nothing to record");
   return w;
 }
 
@@ -212,9 +212,9 @@ std::vector<int64_t> parse_index_list(std::string_view spec, int64_t limit, std:
     int64_t value = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc() || end != text.data() + text.size() || text.empty())
-      fail<InputError>("{}: '{}' is not an index or a range a-b", flag, item);
+      fail<UsageError>("{}: '{}' is not an index or a range a-b", flag, item);
     if (value < 0 || value >= limit)
-      fail<InputError>("{}: {} is outside [0, {})", flag, value, limit);
+      fail<UsageError>("{}: {} is outside [0, {})", flag, value, limit);
     return value;
   };
   size_t pos = 0;
@@ -228,7 +228,7 @@ std::vector<int64_t> parse_index_list(std::string_view spec, int64_t limit, std:
       out.push_back(number(item, item));
     } else {
       const int64_t a = number(item.substr(0, dash), item), b = number(item.substr(dash + 1), item);
-      if (b < a) fail<InputError>("{}: range '{}' is empty", flag, item);
+      if (b < a) fail<UsageError>("{}: range '{}' is empty", flag, item);
       for (int64_t i = a; i <= b; ++i) out.push_back(i);
     }
   }
@@ -241,7 +241,7 @@ std::vector<int64_t> attention_rows(std::string_view spec, int64_t window, bool 
                                     int64_t c, int64_t n, std::string_view record) {
   std::vector<int64_t> rows;
   if (spec == "window") {
-    if (window <= 0) fail<InputError>("--window: {} must be positive", window);
+    if (window <= 0) fail<UsageError>("--window: {} must be positive", window);
     if (window > c) {
       if (window_given)
         fail<InputError>("{}: --window {} is longer than the context ({} tokens)", record, window, c);
@@ -253,7 +253,7 @@ std::vector<int64_t> attention_rows(std::string_view spec, int64_t window, bool 
     const std::string_view digits = spec.substr(5);
     auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), count);
     if (ec != std::errc() || end != digits.data() + digits.size() || count <= 0)
-      fail<InputError>("--attn-rows: '{}' is not last:N with N > 0", spec);
+      fail<UsageError>("--attn-rows: '{}' is not last:N with N > 0", spec);
     if (count > n)
       fail<InputError>("{}: --attn-rows {} asks for rows past the start ({} tokens)", record, spec, n);
     for (int64_t i = n - count; i < n; ++i) rows.push_back(i);

@@ -332,7 +332,11 @@ void GgufFile::parse() {
       fail<FormatError>("{}: tensor '{}': row of {} elements is not a whole number of {} blocks",
                         path, t.name, row, dtype_name(t.dtype));
     }
-    t.nbytes = storage_bytes(t.dtype, numel);
+    try {
+      t.nbytes = storage_bytes(t.dtype, numel);
+    } catch (const FormatError& e) {
+      fail<FormatError>("{}: tensor '{}': {}", path, t.name, e.what());
+    }
     t.shape.assign(dims.rbegin(), dims.rend());
     const auto offset = c.read<uint64_t>(t.name + " offset");
     if (offset % alignment != 0) {

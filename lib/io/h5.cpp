@@ -49,6 +49,9 @@ std::string take_hdf5_reason() {
     if (const size_t end = reason.find('\'', start); end != std::string::npos)
       return reason.substr(start, end - start);
   }
+  // HDF5's own text: its line breaks are layout (ckv::fail would quote them as \x0a).
+  for (char& ch : reason)
+    if (ch == '\n' || ch == '\r' || ch == '\t') ch = ' ';
   return reason;
 }
 
@@ -93,7 +96,10 @@ size_t dtype_size(DType t) {
 }
 
 bool is_valid_link_name(std::string_view name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos;
+  // HDF5 link names are C strings: a NUL would silently cut the name ("a\0b" and "a\0c"
+  // would both name "a").
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
+         name.find('\0') == std::string_view::npos;
 }
 
 // --- Handle ---------------------------------------------------------------------------

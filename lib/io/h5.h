@@ -272,7 +272,7 @@ struct WriteStats {
 WriteStats& write_stats();
 
 // True for names that can be a single link (a record id as a group name): not empty, no
-// '/', not "." or "..".
+// '/', no NUL (HDF5 names are C strings), not "." or "..".
 bool is_valid_link_name(std::string_view name);
 
 }  // namespace ckv::h5

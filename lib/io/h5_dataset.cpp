@@ -242,6 +242,14 @@ Dataset::Dataset(Handle handle, std::string file, std::string path)
   std::vector<hsize_t> dims(static_cast<size_t>(rank));
   if (rank > 0 && H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr) < 0)
     detail::fail_hdf5<FormatError>(w, "cannot read the shape");
+  // A hostile file's dimensions: each must fit int64 and so must their product (every
+  // element count below is computed from shape_).
+  uint64_t count = 1;
+  for (const hsize_t d : dims) {
+    if (d > static_cast<hsize_t>(INT64_MAX) || (d != 0 && count > static_cast<uint64_t>(INT64_MAX) / d))
+      fail<FormatError>("{}: shape overflows ({} dimensions, one of {})", w, rank, static_cast<uint64_t>(d));
+    count *= d;
+  }
   shape_.assign(dims.begin(), dims.end());
   const Handle type(check_id<FormatError>(H5Dget_type(id()), w, "cannot read the element type"));
   dtype_ = dtype_of(type.id(), w);

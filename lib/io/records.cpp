@@ -1,5 +1,7 @@
 #include "io/records.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -16,7 +18,9 @@ std::optional<std::string> optional_string(const json& j, const char* key, std::
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return std::nullopt;
   if (!it->is_string()) fail<InputError>("{}: \"{}\" must be a string", where, key);
-  return it->get<std::string>();
+  std::string text = it->get<std::string>();
+  check_text_field(text, where, key);
+  return text;
 }
 
 NamedSpans parse_spans(const json& j, std::string_view where) {
@@ -41,13 +45,20 @@ NamedSpans parse_spans(const json& j, std::string_view where) {
 
 }  // namespace
 
+void check_text_field(std::string_view text, std::string_view where, std::string_view field) {
+  if (const size_t at = text.find('\0'); at != std::string_view::npos)
+    fail<InputError>("{}: \"{}\" contains a NUL character (at byte {}), which its HDF5 string attribute "
+                     "cannot hold", where, field, at);
+}
+
 InputRecord parse_record(std::string_view text, std::string_view source, int64_t line,
                          int64_t index) {
   const std::string where = fmt::format("{}:{}", source, line);
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for numbers beyond double (1e400).
     fail<InputError>("{}: not valid JSON ({})", where, e.what());
   }
   if (!j.is_object()) fail<InputError>("{}: a record must be a JSON object", where);
@@ -64,7 +75,8 @@ InputRecord parse_record(std::string_view text, std::string_view source, int64_t
     fail<InputError>("{}: \"id\" must be a string or an integer", where);
   }
   if (!h5::is_valid_link_name(r.id))
-    fail<InputError>("{}: id \"{}\" cannot name an HDF5 group (empty, '/', '.' or '..')", where, r.id);
+    fail<InputError>("{}: id \"{}\" cannot name an HDF5 group (empty, '.', '..', or containing '/' or NUL)",
+                     where, r.id);
   auto context = optional_string(j, "context", where);
   if (!context) fail<InputError>("{}: missing \"context\"", where);
   r.context = *context;
@@ -92,6 +104,10 @@ std::optional<InputRecord> RecordReader::next() {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
       InputRecord r = parse_record(text, path_.string(), line_, index_);
+      // Ids name the records' groups: two records must never share one.
+      if (const auto [it, fresh] = id_lines_.emplace(r.id, line_); !fresh)
+        fail<InputError>("{}:{}: record id \"{}\" appears twice (first on line {})", path_.string(), line_, r.id,
+                         it->second);
       ++index_;
       return r;
     } catch (const InputError& e) {
@@ -113,6 +129,66 @@ size_t utf8_offset(std::string_view text, int64_t index, std::string_view what) 
   }
   return std::min(pos, text.size());
 }
+
+namespace {
+
+// Byte offset of each code point of `text`, and the size at the end ([code points + 1]).
+std::vector<size_t> code_point_offsets(std::string_view text) {
+  std::vector<size_t> out;
+  out.reserve(text.size() + 1);
+  for (size_t pos = 0; pos < text.size();) {
+    out.push_back(pos);
+    const auto lead = static_cast<unsigned char>(text[pos]);
+    pos += lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  }
+  out.push_back(text.size());
+  return out;
+}
+
+// The byte range [begin, end) of every token of `tokens` in `text` (both increasing), when
+// the tokens spell the text exactly: a BOS the encoder added spells nothing, a SentencePiece
+// prefix space may be absent from the text. nullopt when they do not (a normalizer changed
+// the text, or bytes without a token were dropped).
+struct TokenBytes {
+  std::vector<size_t> begin, end;
+};
+
+std::optional<TokenBytes> token_bytes(const std::vector<int32_t>& tokens, std::string_view text,
+                                      const Tokenizer& tokenizer, bool add_bos) {
+  TokenBytes out;
+  out.begin.reserve(tokens.size());
+  out.end.reserve(tokens.size());
+  const size_t n_bos = add_bos ? tokenizer.encode("", true, true).size() : 0;
+  size_t pos = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::string piece = i < n_bos ? std::string() : tokenizer.token_text(tokens[i]);
+    if (text.compare(pos, piece.size(), piece) != 0 && !piece.empty() && piece[0] == ' ' &&
+        text.compare(pos, piece.size() - 1, std::string_view(piece).substr(1)) == 0)
+      piece.erase(0, 1);  // a prefix space the tokenizer added
+    else if (text.compare(pos, piece.size(), piece) != 0)
+      return std::nullopt;
+    out.begin.push_back(pos);
+    pos += piece.size();
+    out.end.push_back(pos);
+  }
+  if (pos != text.size()) return std::nullopt;
+  return out;
+}
+
+// The fallback for tokenizers whose tokens do not spell the text: tokenise the prefix up to
+// byte `byte` and compare with the prompt's tokens; where they first differ is the token
+// that straddles the boundary, which a span's start and end both include. One tokenisation
+// per boundary.
+int64_t prefix_token_boundary(std::string_view text, size_t byte, bool is_end, const std::vector<int32_t>& tokens,
+                              const Tokenizer& tokenizer, bool add_bos) {
+  const std::vector<int32_t> prefix = tokenizer.encode(text.substr(0, byte), add_bos, true);
+  size_t same = 0;
+  while (same < prefix.size() && same < tokens.size() && prefix[same] == tokens[same]) ++same;
+  if (same == prefix.size()) return static_cast<int64_t>(same);  // a token boundary
+  return static_cast<int64_t>(is_end ? same + 1 : same);
+}
+
+}  // namespace
 
 RecordPrompt tokenize_record(const InputRecord& record, const Tokenizer& tokenizer, bool chat) {
   const std::string where = record.line > 0 ? fmt::format("record \"{}\" (line {})", record.id, record.line)
@@ -141,23 +217,37 @@ RecordPrompt tokenize_record(const InputRecord& record, const Tokenizer& tokeniz
     p.tokens.insert(p.tokens.end(), rest.begin(), rest.end());
   }
   const auto seq = static_cast<int64_t>(p.tokens.size());
+  bool has_char_spans = false;
+  for (const auto& [name, ranges] : record.spans) has_char_spans = has_char_spans || !ranges.empty();
+  has_char_spans = has_char_spans && record.span_unit == SpanUnit::Char;
+  // Character spans: the byte offset of every code point of the context (one pass), and the
+  // byte range of every prompt token, so each boundary is two binary searches.
+  std::vector<size_t> cp_byte;
+  std::optional<TokenBytes> bytes;
+  if (has_char_spans) {
+    cp_byte = code_point_offsets(record.context);
+    bytes = token_bytes(p.tokens, text, tokenizer, add_bos);
+  }
   for (const auto& [name, ranges] : record.spans) {
     for (const SpanRange& r : ranges) {
       SpanRange t = r;
       if (record.span_unit == SpanUnit::Char) {
         const std::string span_where = fmt::format("{}: span \"{}\"", where, name);
-        // Tokenise the prefix up to the boundary and compare with the prompt's tokens: where
-        // they first differ is the token that straddles the boundary, which a span's start
-        // and end both include (the smallest token range covering the characters).
-        auto token_at = [&](int64_t ch, bool is_end) {
-          const size_t byte = head.size() + utf8_offset(record.context, ch, span_where);
-          const std::vector<int32_t> prefix = tokenizer.encode(std::string_view(text).substr(0, byte), add_bos, true);
-          size_t same = 0;
-          while (same < prefix.size() && same < p.tokens.size() && prefix[same] == p.tokens[same]) ++same;
-          if (same == prefix.size()) return static_cast<int64_t>(same);  // a token boundary
-          return static_cast<int64_t>(is_end ? same + 1 : same);
-        };
-        t = {token_at(r.start, false), token_at(r.end, true)};
+        const auto n_cp = static_cast<int64_t>(cp_byte.size()) - 1;
+        for (int64_t ch : {r.start, r.end})
+          if (ch > n_cp)
+            fail<InputError>("{}: character {} is past the end of the text ({} characters)", span_where, ch, n_cp);
+        const size_t b_start = head.size() + cp_byte[static_cast<size_t>(r.start)];
+        const size_t b_end = head.size() + cp_byte[static_cast<size_t>(r.end)];
+        if (bytes) {
+          // The smallest token range covering the characters (HF's char_to_token): the first
+          // token ending after the start, through the last token beginning before the end.
+          t.start = std::upper_bound(bytes->end.begin(), bytes->end.end(), b_start) - bytes->end.begin();
+          t.end = std::lower_bound(bytes->begin.begin(), bytes->begin.end(), b_end) - bytes->begin.begin();
+        } else {
+          t = {prefix_token_boundary(text, b_start, false, p.tokens, tokenizer, add_bos),
+               prefix_token_boundary(text, b_end, true, p.tokens, tokenizer, add_bos)};
+        }
         if (t.end <= t.start) t.end = t.start + 1;  // a span inside one token keeps that token
       } else if (r.end > seq) {
         fail<InputError>("{}: span \"{}\" [{}, {}) is past the end of the prompt ({} tokens)", where,

@@ -6,14 +6,19 @@
 //    "span_unit": "char"}
 //
 // Only "context" is required. "id" defaults to the record's 0-based index (as a string)
-// and must be usable as an HDF5 group name (no '/', not "." or ".."). "question" and
+// and must be usable as an HDF5 group name: not empty, "." or "..", no '/' and no NUL; ids
+// are refused, never rewritten, and must be unique in the file. No text field may contain
+// a NUL (HDF5 string attributes end at one): such a line is refused. A malformed line
+// (bad JSON, a number beyond double such as 1e400) is refused naming the file and line. "question" and
 // "answer" are strings or absent/null; an empty question means no question.
 //
 // Spans are half-open [start, end) ranges. With "span_unit": "char" (the default) they
 // index Unicode code points of "context" (Python's str indices, `s.index(needle)`); they
-// are converted to token positions by tokenising the context prefix up to each boundary,
-// which is exact when a boundary falls on a token boundary (a word start, as needles
-// usually are) and otherwise rounds to the token that the prefix's tokenisation ends in.
+// are converted to the smallest token range covering those characters (HF's
+// char_to_token(start) .. char_to_token(end - 1) + 1), from the byte range each prompt token
+// spells: linear in the prompt plus a binary search per boundary. For a tokenizer whose
+// tokens do not spell the text (a normalizer rewrote it) each boundary instead tokenises the
+// context prefix up to it and takes the token where that tokenisation leaves the prompt's.
 // With "span_unit": "token" they are token positions of the whole prompt as dumped
 // (BOS and chat-template tokens included) and are used as given.
 //
@@ -56,6 +61,10 @@ struct InputRecord {
   NamedSpans spans;
 };
 
+// Refuses (InputError "<where>: "<field>" contains a NUL ...") text with a NUL byte, which
+// an HDF5 string attribute would cut.
+void check_text_field(std::string_view text, std::string_view where, std::string_view field);
+
 // One JSONL line. Throws InputError "<source>:<line>: <what is wrong>".
 InputRecord parse_record(std::string_view text, std::string_view source, int64_t line,
                          int64_t index);
@@ -75,6 +84,7 @@ class RecordReader {
   bool skip_bad_;
   int64_t line_ = 0;
   int64_t index_ = 0;
+  std::map<std::string, int64_t> id_lines_;  // id -> the line that used it first
   std::vector<std::string> skipped_;
 };
 

@@ -128,7 +128,11 @@ void SafetensorsFile::parse() {
       numel *= dim;
       t.shape.push_back(static_cast<int64_t>(dim));
     }
-    t.nbytes = storage_bytes(t.dtype, static_cast<int64_t>(numel));
+    try {
+      t.nbytes = storage_bytes(t.dtype, static_cast<int64_t>(numel));
+    } catch (const FormatError& e) {
+      fail<FormatError>("{}: tensor '{}': {}", path, name, e.what());
+    }
     const uint64_t begin = unsigned_field((*offsets_it)[0], path, name, "data_offsets");
     const uint64_t end = unsigned_field((*offsets_it)[1], path, name, "data_offsets");
     if (begin > end || end > buffer_size) {

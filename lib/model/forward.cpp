@@ -114,6 +114,7 @@ ForwardResult Forward::run(std::span<const int32_t> tokens, const ForwardRequest
     rms_norm(resid_, w.ffn_norm, eps, normed_);
     gated_mlp(normed_, w.w_gate, w.w_up, w.w_down, block_out_, pool_, gate_, up_);
     resid_.matrix() += block_out_.matrix();
+    check_layer_finite(l);
     if (record && request.record.residual) request.recorder->on_residual(l, resid_);
   }
 
@@ -127,6 +128,16 @@ ForwardResult Forward::run(std::span<const int32_t> tokens, const ForwardRequest
   rms_norm(last, weights_.output_norm, eps, last);
   linear(last, weights_.lm_head(), Tensor(), result.logits, pool_);
   return result;
+}
+
+// A NaN or infinity in the residual stream after layer `layer` (weights that overflow, or a
+// damaged model that passed the load checks) fails the pass naming the layer, instead of
+// printing NaN logits and metrics that look ordinary. One pass over [seq, d_model].
+void Forward::check_layer_finite(int64_t layer) const {
+  const int64_t i = first_non_finite(resid_.span());
+  if (i >= 0)
+    fail<FormatError>("forward: non-finite activation after layer {} (residual stream at position {}: {})", layer,
+                      i / config_.d_model, resid_.span()[static_cast<size_t>(i)]);
 }
 
 // normed_ [seq, d_model] -> block_out_ [seq, d_model]: the attention block's output.

@@ -74,6 +74,7 @@ class Forward {
   void check_request(int64_t seq, const ForwardRequest& request) const;
   void attention_block(int64_t layer, const ForwardRequest& request, bool record);
   void record_head_outputs(int64_t layer, const ForwardRequest& request);
+  void check_layer_finite(int64_t layer) const;
 
   const ModelConfig& config_;
   const ModelWeights& weights_;

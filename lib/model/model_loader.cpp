@@ -102,6 +102,7 @@ void load_weights(const TensorSource& src, const NameFn& name_of, const ModelCon
   pool.parallel_for(static_cast<int64_t>(jobs.size()), [&](int64_t i) {
     WeightJob& job = jobs[static_cast<size_t>(i)];
     *job.dst = src.load_f32(job.file_name);
+    check_finite(fmt::format("{}: tensor '{}'", source, job.file_name), job.dst->span());
   });
 }
 
@@ -157,6 +158,7 @@ Model load_gguf(const std::filesystem::path& path) {
                         rope_name, fmt::join(info->shape, ", "), fmt::join(want, ", "));
     }
     m.weights.rope_freq_factors = gguf.load_f32(rope_name).storage();
+    check_finite(fmt::format("{}: tensor '{}'", source, rope_name), m.weights.rope_freq_factors);
   }
   if (gguf.get_string("tokenizer.ggml.model")) m.tokenizer = tokenizer_from_gguf(gguf);
   fill_source_info(gguf, path, m);
@@ -195,6 +197,9 @@ Model load_model(const std::filesystem::path& path) {
     fail<IoError>("{}: no such file or directory", path.string());
   }
   if (std::filesystem::is_directory(status)) return load_hf_dir(path);
+  // stat, not open: opening a FIFO would block until a writer appears.
+  if (!std::filesystem::is_regular_file(status))
+    fail<IoError>("{}: not a regular file (a .gguf file or an HF model directory)", path.string());
   // A file of an HF checkpoint stands for its directory.
   const std::string name = path.filename().string();
   if (name == "config.json" || name.ends_with(".safetensors") || name.ends_with(".index.json")) {

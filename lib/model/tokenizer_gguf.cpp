@@ -1,5 +1,7 @@
 // Tokenizer from GGUF metadata (MODELS.md "Tokenizers"); behaviour follows llama.cpp, the
 // reference for GGUF vocabularies (src/llama-vocab.cpp: pre-tokeniser names and defaults).
+#include <cstdint>
+
 #include "core/error.h"
 #include "io/gguf.h"
 #include "model/tokenizer_spec.h"
@@ -45,7 +47,11 @@ TokenRole role_of(int64_t type) {
 
 int32_t token_id(const GgufFile& gguf, std::string_view key, int32_t fallback) {
   auto v = gguf.get_int(key);
-  return v ? static_cast<int32_t>(*v) : fallback;
+  if (!v) return fallback;
+  // Checked before narrowing: 4e9 must not wrap to a plausible negative id.
+  if (*v < -1 || *v > INT32_MAX)
+    fail<FormatError>("{}: {} = {} is not a token id", gguf.path().string(), key, *v);
+  return static_cast<int32_t>(*v);
 }
 
 }  // namespace
