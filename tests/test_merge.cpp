@@ -100,7 +100,11 @@ TEST_F(MergeTest, MissingDuplicateAndForeignShardsAreRefused) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(h5::File::open_read(dir_ / "m.h5").open_group("records").children().size(), 3u);
 
-  r = merge("d.h5 s0.h5 s1.h5 s1.h5");
+  r = merge("d.h5 s0.h5 s1.h5 s1.h5");  // one file twice: refused as such
+  test::expect_failure(r, "given twice as a shard");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "d.h5"));
+  std::filesystem::copy_file(dir_ / "s1.h5", dir_ / "s1_copy.h5");  // two files of one shard
+  r = merge("d.h5 s0.h5 s1.h5 s1_copy.h5");
   test::expect_failure(r, "more than one shard");
   EXPECT_FALSE(std::filesystem::exists(dir_ / "d.h5"));
 

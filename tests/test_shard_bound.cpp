@@ -96,7 +96,10 @@ TEST_F(ShardBound, MergeReportsMissingDuplicateAndForeignShards) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(test::summary_without_provenance(dir_ / "m.json")["records"], 3);
 
-  r = merge("d.h5", {"s0.h5", "s1.h5", "s1.h5"});
+  r = merge("d.h5", {"s0.h5", "s1.h5", "s1.h5"});  // one file twice: refused as such
+  test::expect_failure(r, "given twice as a shard");
+  fs::copy_file(dir_ / "s1.h5", dir_ / "s1_copy.h5");  // two files of one shard
+  r = merge("d.h5", {"s0.h5", "s1.h5", "s1_copy.h5"});
   test::expect_failure(r, "more than one shard");
 
   // Another command: the same settings, reached with a flag spelled out.

@@ -360,8 +360,7 @@ void run_bound_job(const AnalysisOptions& o, const GlobalOptions& g, const std::
   namespace fs = std::filesystem;
   const fs::path h5_path = o.out + ".h5", csv_path = o.out + ".csv", json_path = o.out + ".json";
   // Refuse existing outputs before the model load and hashing; the real checks follow.
-  if (!o.force && !o.resume)
-    for (const fs::path& p : {h5_path, csv_path, json_path}) AtomicOutput(p, {});
+  for (const fs::path& p : {h5_path, csv_path, json_path}) AtomicOutput::check(p, {.force = o.force, .resume = o.resume});
   const Shard shard = Shard::resolve(o.shard);
   Provenance prov = Provenance::capture(g.argc, g.argv, g.resolved_threads(), g.device);
   std::optional<AtomicOutput> h5_out, csv_out, json_out;
@@ -378,6 +377,7 @@ void run_bound_job(const AnalysisOptions& o, const GlobalOptions& g, const std::
     }
     const AtomicOutputOptions opt{.force = o.force, .resume = o.resume};
     h5_out.emplace(h5_path, opt);
+    restart_headerless(*h5_out);
     csv_out.emplace(csv_path, opt);
     json_out.emplace(json_path, opt);
     file.emplace(h5_out->continuing() ? BoundFile::resume(h5_out->partial_path(), p.command_line)

@@ -279,8 +279,8 @@ void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
   settings.gzip_level = o.compress;
   settings.attn_rows = o.attn_rows;
   settings.window = o.window;
-  // Refuse an existing output before the model load and hashing; the real check follows.
-  if (!o.force && !o.resume) AtomicOutput(o.out, {});
+  // Refuse a bad or busy output before the model load and hashing; the real check follows.
+  AtomicOutput::check(o.out, {.force = o.force, .resume = o.resume});
 
   Model model = load_model(g.model_path());
   settings.layers = parse_index_list(o.layers, model.config.n_layer, "--layers");
@@ -309,6 +309,7 @@ void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
                                    .settings = settings.to_json(),
                                    .command_line = prov.command_line, .shard = shard});
   AtomicOutput out(o.out, {.force = o.force, .resume = o.resume});
+  restart_headerless(out);
 
   DumpFile dump = open_dump(out, prov, model, sha, settings);
   Forward forward(model, {.threads = g.resolved_threads()});

@@ -1,7 +1,8 @@
-// `ckv info FILE.h5` for dumps: provenance, model, what was recorded, records and their
-// shapes, and the stored size per tensor kind. cmd_info.cpp calls info_dump() when the path
-// ends in .h5 (declaration to add to common.h:
-//   void info_dump(const std::string& path, bool json);).
+// `ckv info FILE.h5` for every ckv output: dumps (provenance, model, what was recorded,
+// records and their shapes, and the stored size per tensor kind), and the outputs of
+// bound, check and mask, single runs, shards or merges (provenance, settings, records,
+// the shapes of one record, size per dataset kind). The file is checked whole first
+// (validate_output). cmd_info.cpp calls info_dump() when the path ends in .h5.
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "io/dump_schema.h"
 #include "io/h5.h"
+#include "io/validate.h"
 
 namespace ckv::app {
 
@@ -56,11 +58,93 @@ std::string shape_text(const h5::Dataset& ds) {
   return fmt::format("{} [{}]", h5::dtype_name(ds.dtype()), fmt::join(parts, ", "));
 }
 
+// The shapes of the datasets of a record group and of its subgroups, by relative path.
+void record_shapes(const h5::Group& g, const std::string& prefix, nlohmann::ordered_json& shapes) {
+  for (const std::string& name : g.children()) {
+    if (g.is_dataset(name)) shapes[prefix + name] = shape_text(g.open_dataset(name));
+    else if (g.is_group(name)) record_shapes(g.open_group(name), prefix + name + "/", shapes);
+  }
+}
+
+// bound, check and mask outputs (shards and merges too).
+void info_output(const std::string& path, const h5::File& f, const OutputSummary& summary, bool json) {
+  nlohmann::ordered_json j;
+  j["file"] = path;
+  j["size_bytes"] = std::filesystem::file_size(path);
+  j["schema"] = summary.schema;
+  j["schema_version"] = f.attr_int("schema_version");
+  if (!summary.kind.empty()) j["kind"] = summary.kind;
+  nlohmann::ordered_json prov;
+  for (const char* key : {"ckv_version", "git_commit", "created", "command_line", "model_path", "model_sha256",
+                          "input_file", "input_sha256", "shard", "input_records", "threads", "device", "hostname",
+                          "user", "merge_command_line", "merged_at"}) {
+    if (!f.has_attr(key)) continue;
+    try {
+      prov[key] = f.attr_string(key);
+    } catch (const FormatError&) {
+      prov[key] = f.attr_int(key);
+    }
+  }
+  j["provenance"] = prov;
+  for (const char* key : {"methods", "alphas"})
+    if (f.has_attr(key)) j[key] = f.attr_strings(key);
+  j["settings"] = f.attr_json("settings");
+  if (f.has_attr("resumed")) j["resumed"] = f.attr_json("resumed");
+  if (f.has_attr("merged_from")) j["merged_from"] = f.attr_json("merged_from");
+  std::vector<std::string> incomplete;
+  nlohmann::ordered_json shapes;
+  std::map<std::string, KindSize> sizes;
+  if (f.is_group("records")) {
+    const h5::Group records = f.open_group("records");
+    for (const std::string& id : records.children()) {
+      const h5::Group r = records.open_group(id);
+      const bool complete = r.has_attr("complete") && r.attr_bool("complete");
+      if (!complete) incomplete.push_back(id);
+      add_sizes(r, "", sizes);
+      if (shapes.empty() && complete) {
+        record_shapes(r, "", shapes);
+        shapes["example_record"] = id;
+      }
+    }
+  }
+  j["records"] = {{"count", summary.records}, {"complete", summary.complete}, {"incomplete", incomplete}};
+  j["shapes"] = shapes;
+  nlohmann::ordered_json kinds;
+  for (const auto& [kind, s] : sizes)
+    kinds[kind] = {{"datasets", s.datasets}, {"bytes", s.bytes}, {"raw_bytes", s.raw_bytes}};
+  j["size_per_kind"] = kinds;
+  if (json) {
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  const std::string what = summary.schema == "ckv.mask" ? "mask" : summary.kind;
+  fmt::print("{:<13} {} ({}, schema {} version {})\n", what, path, human(j["size_bytes"].get<int64_t>()),
+             summary.schema, j["schema_version"].get<int64_t>());
+  for (const auto& [key, value] : prov.items())
+    fmt::print("{:<13} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump());
+  for (const char* key : {"methods", "alphas"})
+    if (j.contains(key)) fmt::print("{:<13} {}\n", key, fmt::join(j[key].get<std::vector<std::string>>(), ", "));
+  fmt::print("{:<13} {}\n", "settings", j["settings"].dump());
+  if (j.contains("resumed")) fmt::print("{:<13} {} time(s)\n", "resumed", j["resumed"].size());
+  if (j.contains("merged_from")) fmt::print("{:<13} {} shard file(s)\n", "merged from", j["merged_from"].size());
+  fmt::print("records       {} ({} complete{})\n", summary.records, summary.complete,
+             incomplete.empty() ? "" : fmt::format(", incomplete: {}", fmt::join(incomplete, " ")));
+  if (!shapes.empty()) {
+    fmt::print("shapes (record \"{}\"):\n", shapes["example_record"].get<std::string>());
+    for (const auto& [name, text] : shapes.items())
+      if (name != "example_record") fmt::print("  {:<22} {}\n", name, text.get<std::string>());
+  }
+  fmt::print("size per dataset kind:\n");
+  for (const auto& [kind, s] : sizes)
+    fmt::print("  {:<22} {:>6} datasets  {:>10}  (raw {})\n", kind, s.datasets, human(s.bytes), human(s.raw_bytes));
+}
+
 }  // namespace
 
 void info_dump(const std::string& path, bool json) {
   h5::File f = h5::File::open_read(path);
-  check_dump_schema(f);
+  const OutputSummary summary = validate_output(f);
+  if (summary.schema != kDumpSchema) return info_output(path, f, summary, json);
   nlohmann::ordered_json j;
   j["file"] = path;
   j["size_bytes"] = std::filesystem::file_size(path);

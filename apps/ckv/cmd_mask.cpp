@@ -338,10 +338,8 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
   if (!shard.is_whole() && o.input_jsonl.empty())
     fail<UsageError>("--shard {}: sharding needs a JSONL batch (--input)", shard.to_string());
   // Refuse existing outputs before the model load and hashing; the real checks follow.
-  if (!o.force && !o.resume) {
-    AtomicOutput(o.out, {});
-    if (!o.csv.empty()) AtomicOutput(o.csv, {});
-  }
+  AtomicOutput::check(o.out, {.force = o.force, .resume = o.resume});
+  if (!o.csv.empty()) AtomicOutput::check(o.csv, {.force = o.force, .resume = o.resume});
   Model model = load_model(g.model_path());
   const std::string sha = model_sha256(model.source.path);
   Provenance prov = Provenance::capture(g.argc, g.argv, g.resolved_threads(), g.device);
@@ -362,6 +360,7 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
                                    .model_sha256 = sha, .input_sha256 = input_sha256(o), .settings = settings,
                                    .command_line = prov.command_line, .shard = shard});
   AtomicOutput out(o.out, {.force = o.force, .resume = o.resume});
+  restart_headerless(out);
   std::optional<AtomicOutput> csv_out;
   if (!o.csv.empty()) csv_out.emplace(o.csv, AtomicOutputOptions{.force = o.force, .resume = o.resume});
   MaskFile file = out.continuing() ? MaskFile::resume(out.partial_path(), prov.command_line)

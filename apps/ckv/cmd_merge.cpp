@@ -49,7 +49,8 @@ struct SideFiles {
 SideFiles side_files(const MergeCliOptions& o, const std::string& schema) {
   SideFiles s;
   s.h5 = o.out;
-  const AtomicOutputOptions opt{.force = o.force};
+  // Not resumable: a failed merge removes its partial files (and replaces stale ones).
+  const AtomicOutputOptions opt{.force = o.force, .resumable = false};
   if (schema == kBoundSchema) {
     // As `ckv bound -o PREFIX`: OUT is PREFIX or PREFIX.h5.
     const std::string prefix = o.out.ends_with(".h5") ? o.out.substr(0, o.out.size() - 3) : o.out;
@@ -76,6 +77,18 @@ SideFiles side_files(const MergeCliOptions& o, const std::string& schema) {
 void run_merge(const MergeCliOptions& o, const GlobalOptions& g) {
   std::vector<fs::path> shards(o.shards.begin(), o.shards.end());
   const std::string schema = mergeable_schema(h5::File::open_read(shards.front()));
+  {
+    // Every output refused (an input, a busy or special file) before any is opened.
+    std::vector<fs::path> outputs{o.out};
+    if (schema == kBoundSchema) {
+      const std::string prefix = o.out.ends_with(".h5") ? o.out.substr(0, o.out.size() - 3) : o.out;
+      outputs = {prefix + ".h5", prefix + ".csv", prefix + ".json"};
+    } else if (!o.csv.empty()) {
+      outputs.push_back(o.csv);
+    }
+    check_merge_paths(outputs, shards);
+    for (const fs::path& p : outputs) AtomicOutput::check(p, {.force = o.force, .resumable = false});
+  }
   SideFiles side = side_files(o, schema);
   const MergeReport r = merge_shards(side.h5, shards,
                                      {.allow_missing = o.allow_missing, .force = o.force,

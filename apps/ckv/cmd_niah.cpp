@@ -76,6 +76,10 @@ std::vector<double> parse_depths(const std::string& spec) {
 }
 
 void run_niah(NiahCliOptions o, const GlobalOptions& g) {
+  // The JSONL cannot be continued: a failed or killed run's partial file is replaced (and
+  // one that fails here removes it), never offered to a --resume niah does not have.
+  const AtomicOutputOptions output_options{.force = o.force, .resumable = false};
+  if (o.out != "-") AtomicOutput::check(o.out, output_options);
   std::string haystack = kNiahNoise;
   if (o.haystack != "noise") {
     std::ifstream in(o.haystack, std::ios::binary);
@@ -94,7 +98,7 @@ void run_niah(NiahCliOptions o, const GlobalOptions& g) {
   std::optional<AtomicOutput> out;
   std::ofstream file;
   if (o.out != "-") {
-    out.emplace(o.out, AtomicOutputOptions{.force = o.force});
+    out.emplace(o.out, output_options);
     file.open(out->partial_path(), std::ios::binary);
     if (!file) fail<IoError>("{}: cannot be created", out->partial_path().string());
   }

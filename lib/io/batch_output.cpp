@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/provenance.h"
 #include "io/merge.h"
+#include "io/validate.h"
 
 namespace ckv {
 namespace fs = std::filesystem;
@@ -74,8 +75,40 @@ void check_resumable_output(const h5::File& f, const ResumeExpectation& e) {
 
 void check_output_to_resume(const fs::path& out, const ResumeExpectation& e) {
   const fs::path partial = AtomicOutput::partial_path_for(out);
-  const fs::path existing = fs::exists(partial) ? partial : out;
-  if (fs::exists(existing)) check_resumable_output(h5::File::open_read(existing), e);
+  std::error_code ec;
+  const bool have_partial = fs::is_regular_file(fs::symlink_status(partial, ec));
+  if (have_partial && has_no_header(partial)) return;
+  const fs::path existing = have_partial ? partial : out;
+  if (!fs::is_regular_file(fs::symlink_status(existing, ec))) return;  // AtomicOutput refuses the rest
+  const h5::File f = h5::File::open_read(existing);
+  check_schema(f, e.schema, e.schema_version, e.schema + " file");
+  validate_output(f);
+  check_resumable_output(f, e);
+}
+
+bool has_no_header(const fs::path& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) return false;
+  if (size == 0) return true;
+  {
+    // An HDF5 file starts with its 8-byte signature (ckv writes no user block).
+    std::ifstream in(path, std::ios::binary);
+    char magic[8] = {};
+    in.read(magic, sizeof magic);
+    static constexpr char kSignature[8] = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
+    if (!in || !std::equal(magic, magic + 8, kSignature)) return true;
+  }
+  try {
+    const h5::File f = h5::File::open_read(path);
+    return f.attr_names().empty() && f.children().empty();
+  } catch (const Error&) {
+    return false;  // damaged: refused by the checks, not silently thrown away
+  }
+}
+
+void restart_headerless(AtomicOutput& out) {
+  if (out.continuing() && has_no_header(out.partial_path())) out.restart();
 }
 
 void note_resumed(h5::File& f, const std::string& command_line) {

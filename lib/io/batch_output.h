@@ -25,6 +25,7 @@
 namespace ckv {
 
 struct Provenance;
+class AtomicOutput;
 
 // Non-blank lines of a JSONL batch: the records RecordReader numbers 0..n-1.
 int64_t count_input_records(const std::filesystem::path& jsonl);
@@ -54,9 +55,17 @@ struct ResumeExpectation {
 // command or shard.
 void check_resumable_output(const h5::File& file, const ResumeExpectation& expected);
 // The same for the file a --resume of `out` would continue (its partial file, else `out`),
-// when there is one. Call it before AtomicOutput moves a finished output back to the
-// partial name, so that a refused --resume leaves the file where it was.
+// when there is one, after checking the whole file (validate_output, io/validate.h): call it
+// before AtomicOutput moves a finished output back to the partial name, so that a refused
+// --resume leaves the file where it was, unmodified. A partial file without a header
+// (has_no_header) is not checked: the run starts it over (restart_headerless).
 void check_output_to_resume(const std::filesystem::path& out, const ResumeExpectation& expected);
+// True for a file that holds nothing a --resume could continue: empty, not (yet) an HDF5
+// file, or an HDF5 file with no root attribute and no object (a run killed before the first
+// flush of its header, e.g. inside the first record of `ckv bound`).
+bool has_no_header(const std::filesystem::path& path);
+// After AtomicOutput: when it continues a partial file without a header, starts over.
+void restart_headerless(AtomicOutput& out);
 // Appends {command_line, at} to the root's "resumed" list.
 void note_resumed(h5::File& file, const std::string& command_line);
 

@@ -276,11 +276,15 @@ void check_dump_schema(const h5::File& file) {
 DumpFile DumpFile::resume(const std::filesystem::path& path, const DumpSettings& settings,
                           const std::string& resumed_by) {
   h5::File file = h5::File::open_rw(path);
+  // Everything checked before the file is modified (check_output_to_resume checked it
+  // whole already; this keeps the division below safe for any caller).
   check_dump_schema(file);
-  note_resumed(file, resumed_by);
   const h5::Group model = file.open_group("model");
-  const int64_t group = model.attr_int("n_head") / model.attr_int("n_kv_head");
-  return DumpFile(std::move(file), settings, group);
+  const int64_t n_head = model.attr_int("n_head"), n_kv_head = model.attr_int("n_kv_head");
+  if (n_head < 1 || n_kv_head < 1 || n_head % n_kv_head != 0)
+    fail<FormatError>("{}: n_head {} is not a positive multiple of n_kv_head {}", model.where(), n_head, n_kv_head);
+  note_resumed(file, resumed_by);
+  return DumpFile(std::move(file), settings, n_head / n_kv_head);
 }
 
 std::set<std::string> DumpFile::complete_records() const { return complete_record_ids(file_); }

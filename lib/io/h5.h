@@ -145,6 +145,9 @@ class Dataset : public Object {
   int64_t numel() const;
   DType dtype() const { return dtype_; }
   std::vector<int64_t> chunk_shape() const;  // empty when not chunked
+  // How the dataset is stored (chunk shape, gzip level, shuffle), to create a copy of it.
+  // UnsupportedError for filters ckv does not write.
+  DatasetOptions options() const;
 
   // TransformerLens-style dimension names, stored as the string attribute "dims"
   // ("head pos d_head"). The count must equal the rank; names must not contain spaces.

@@ -269,6 +269,27 @@ std::vector<int64_t> Dataset::chunk_shape() const {
   return {chunk.begin(), chunk.end()};
 }
 
+DatasetOptions Dataset::options() const {
+  DatasetOptions o;
+  o.chunk = chunk_shape();
+  const Handle dcpl(check_id<FormatError>(H5Dget_create_plist(id()), where(), "cannot read the creation properties"));
+  const int n = H5Pget_nfilters(dcpl.id());
+  if (n < 0) detail::fail_hdf5<FormatError>(where(), "cannot read the filters");
+  for (int i = 0; i < n; ++i) {
+    unsigned flags = 0, values[8] = {};
+    size_t n_values = 8;
+    const H5Z_filter_t filter =
+        H5Pget_filter2(dcpl.id(), static_cast<unsigned>(i), &flags, &n_values, values, 0, nullptr, nullptr);
+    if (filter == H5Z_FILTER_DEFLATE && n_values >= 1 && values[0] >= 1 && values[0] <= 9)
+      o.gzip_level = static_cast<int>(values[0]);
+    else if (filter == H5Z_FILTER_SHUFFLE)
+      o.shuffle = true;
+    else
+      fail<UnsupportedError>("{}: stored with a filter ckv does not write ({})", where(), static_cast<int>(filter));
+  }
+  return o;
+}
+
 void Dataset::set_dims(const std::vector<std::string>& names) {
   if (names.size() != shape_.size())
     fail<Error>("{}: {} dimension names for rank {}", where(), names.size(), shape_.size());

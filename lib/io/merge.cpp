@@ -2,6 +2,7 @@
 #include "io/merge.h"
 
 #include <hdf5.h>
+#include <sys/stat.h>
 
 #include <map>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "io/h5.h"
 #include "io/mask_schema.h"
 #include "io/records.h"
+#include "io/validate.h"
 
 namespace ckv {
 namespace fs = std::filesystem;
@@ -70,11 +72,46 @@ void copy_attrs(const h5::Object& src, h5::Object& dst) {
   }
 }
 
+// One dataset, one index of its first dimension at a time (a head: bounded memory), through
+// the checked reads and writes of the h5 layer. Not H5Ocopy: HDF5 1.10 crashes inside it
+// (H5T_close_real) when a write fails, e.g. on a full disk.
+template <typename T>
+void copy_values(const h5::Dataset& from, h5::Dataset& to) {
+  if (from.numel() == 0) return;
+  if (from.shape().size() < 2) {
+    to.write(from.read<T>());
+    return;
+  }
+  for (int64_t i = 0; i < from.shape()[0]; ++i) to.write_index(i, from.read_index<T>(i));
+}
+
+void copy_dataset(const h5::Group& src, const std::string& name, h5::Group& dst) {
+  const h5::Dataset from = src.open_dataset(name);
+  h5::Dataset to = dst.create_dataset(name, from.dtype(), from.shape(), from.options());
+  switch (from.dtype()) {
+    case h5::DType::F16:  // float16 -> float32 -> float16 is exact
+    case h5::DType::F32: copy_values<float>(from, to); break;
+    case h5::DType::F64: copy_values<double>(from, to); break;
+    case h5::DType::I32: copy_values<int32_t>(from, to); break;
+    case h5::DType::I64: copy_values<int64_t>(from, to); break;
+    case h5::DType::U8: copy_values<uint8_t>(from, to); break;
+  }
+  copy_attrs(from, to);
+}
+
+// A group with its attributes, datasets and subgroups, recursively, to `path` in dst.
+void copy_group(const h5::Group& src, h5::Group dst) {
+  copy_attrs(src, dst);
+  for (const std::string& name : src.children()) {
+    if (src.is_group(name)) copy_group(src.open_group(name), dst.create_group(name));
+    else if (src.is_dataset(name)) copy_dataset(src, name, dst);
+    else fail<FormatError>("{}/{}: neither a group nor a dataset", src.where(), name);
+  }
+}
+
 void copy_object(const h5::File& src, const std::string& path, h5::File& dst) {
-  h5::Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
-  H5Pset_create_intermediate_group(lcpl.id(), 1);
-  if (H5Ocopy(src.id(), path.c_str(), dst.id(), path.c_str(), H5P_DEFAULT, lcpl.id()) < 0)
-    fail<IoError>("{}: cannot copy {} into {}", src.file_name(), path, dst.file_name());
+  const std::string relative = path.starts_with('/') ? path.substr(1) : path;
+  copy_group(src.open_group(relative), dst.create_group(relative));
 }
 
 struct ShardFile {
@@ -162,23 +199,57 @@ void check_same_shard(const h5::Object& root, const Shard& shard, const fs::path
 }
 
 std::string mergeable_schema(const h5::File& file) {
-  const std::string schema = file.has_attr("schema") ? file.attr_string("schema") : "";
-  if (schema == kDumpSchema) check_dump_schema(file);
-  else if (schema == kBoundSchema) check_bound_schema(file);
-  else if (schema == kMaskSchema) check_mask_schema(file);
-  else
-    fail<FormatError>("{}: not a shard output of ckv dump, bound, check or mask (schema \"{}\")", file.file_name(),
-                      schema.empty() ? "(absent)" : schema);
-  return schema;
+  return validate_output(file).schema;
 }
+
+void check_merge_paths(const std::vector<fs::path>& outputs, const std::vector<fs::path>& shards) {
+  struct Id {
+    dev_t dev;
+    ino_t ino;
+    bool operator<(const Id& o) const { return dev != o.dev ? dev < o.dev : ino < o.ino; }
+  };
+  auto id_of = [](const fs::path& p) -> std::optional<Id> {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) return std::nullopt;
+    return Id{st.st_dev, st.st_ino};
+  };
+  std::map<Id, fs::path> inputs;
+  for (const fs::path& p : shards) {
+    const std::optional<Id> id = id_of(p);
+    if (!id) continue;  // reported when it is opened
+    const auto [it, added] = inputs.emplace(*id, p);
+    if (!added) fail<InputError>("{}: given twice as a shard (also as {})", p.string(), it->second.string());
+  }
+  for (const fs::path& out : outputs) {
+    for (const fs::path& name : {out, AtomicOutput::partial_path_for(out)}) {
+      const std::optional<Id> id = id_of(name);
+      if (!id) continue;
+      if (auto it = inputs.find(*id); it != inputs.end())
+        fail<InputError>("{}: the output is the shard {}: merging would overwrite an input", out.string(),
+                         it->second.string());
+    }
+  }
+}
+
+namespace {
+// Writes the merged file's contents and closes it.
+void write_merged(h5::File& dst, const std::vector<ShardFile>& shards,
+                  const std::map<int64_t, std::vector<size_t>>& holders, const MergeOptions& options,
+                  MergeReport& report);
+}  // namespace
 
 MergeReport merge_shards(const fs::path& out, const std::vector<fs::path>& paths, const MergeOptions& options) {
   if (paths.empty()) fail<InputError>("ckv merge: no shard files given");
-  AtomicOutput output(out, {.force = options.force});
+  check_merge_paths({out}, paths);
+  // A merge is not resumable: a failed one removes its partial file (a stale one is
+  // replaced), so nothing of it stays to block the next run.
+  AtomicOutput output(out, {.force = options.force, .resumable = false});
   std::vector<ShardFile> shards;
   for (const fs::path& p : paths) {
+    // Every shard is checked whole before anything is written: what is copied is what the
+    // readers of the merged file can read.
     ShardFile s{p, h5::File::open_read(p), {}, {}};
-    mergeable_schema(s.file);
+    validate_output(s.file);
     s.shard = recorded_shard(s.file);
     shards.push_back(std::move(s));
   }
@@ -246,6 +317,26 @@ MergeReport merge_shards(const fs::path& out, const std::vector<fs::path>& paths
   if (!report.duplicates.empty() || (!report.missing.empty() && !options.allow_missing)) return report;
 
   h5::File dst = h5::File::create(output.partial_path());
+  try {
+    write_merged(dst, shards, holders, options, report);
+  } catch (...) {
+    // A failed write (a full disk) leaves HDF5 unable to flush: release the file without
+    // writing again (h5::File::abandon); `output` removes the partial file.
+    dst.abandon();
+    throw;
+  }
+  if (options.before_commit) options.before_commit(output.partial_path());
+  output.commit();
+  report.written = true;
+  return report;
+}
+
+namespace {
+
+void write_merged(h5::File& dst, const std::vector<ShardFile>& shards,
+                  const std::map<int64_t, std::vector<size_t>>& holders, const MergeOptions& options,
+                  MergeReport& report) {
+  const ShardFile& first = shards.front();
   copy_attrs(first.file, dst);
   for (const char* drop : {"shard", "shard_index", "resumed"})
     if (dst.has_attr(drop)) dst.remove_attr(drop);
@@ -270,10 +361,8 @@ MergeReport merge_shards(const fs::path& out, const std::vector<fs::path>& paths
     ++report.merged;
   }
   dst.close();
-  if (options.before_commit) options.before_commit(output.partial_path());
-  output.commit();
-  report.written = true;
-  return report;
 }
+
+}  // namespace
 
 }  // namespace ckv

@@ -61,8 +61,14 @@ MergeReport merge_shards(const std::filesystem::path& out,
                          const std::vector<std::filesystem::path>& shards,
                          const MergeOptions& options);
 
-// The schema ("ckv.dump", ...) of a file `ckv merge` can merge; FormatError otherwise.
+// The schema ("ckv.dump", ...) of a file `ckv merge` can merge, after checking it whole
+// (validate_output, io/validate.h); FormatError naming the file and object otherwise.
 std::string mergeable_schema(const h5::File& file);
+
+// InputError when a shard is given twice or an output (or its partial file) is one of the
+// shards, compared by device and inode (so also through other names and hard links).
+void check_merge_paths(const std::vector<std::filesystem::path>& outputs,
+                       const std::vector<std::filesystem::path>& shards);
 
 // The command line (as Provenance stores it, shell-quoted) split into words with argv[0]
 // and the per-shard flags listed above removed: what must agree between shards.
