@@ -54,7 +54,11 @@ void run_check(CheckOptions& o, const GlobalOptions& g) {
   }
   const nlohmann::json settings = {{"method", method.name()}, {"alphas", alphas}, {"budgets", o.a.budgets},
                                    {"keep", o.a.keep}, {"window", o.a.params.window}, {"pool", o.a.pool},
-                                   {"kernel", o.a.params.kernel}, {"gqa_reduce", o.a.gqa_reduce}};
+                                   {"kernel", o.a.params.kernel}, {"gqa_reduce", o.a.gqa_reduce},
+                                   {"defensive_kernel", o.a.params.defensive_kernel},
+                                   {"defensive_share", o.a.method.defensive_share},
+                                   {"defensive_nu", o.a.method.defensive_nu},
+                                   {"pyramid_beta", o.a.params.pyramid_beta}};
   run_bound_job(o.a, g, blocks, {.kind = "check", .labels = labels, .settings = settings, .max_list = o.max_list});
 }
 

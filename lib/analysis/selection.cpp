@@ -5,6 +5,8 @@
 #include <limits>
 #include <numeric>
 
+#include "analysis/defensivekv.h"
+#include "analysis/pyramidkv.h"
 #include "core/error.h"
 
 namespace ckv {
@@ -12,7 +14,8 @@ namespace ckv {
 namespace {
 
 constexpr const char* kKnownMethods =
-    "attn, snapkv, h2o, streaming, file, oracle, adakv(BASE), criticalkv(BASE)";
+    "attn, snapkv, h2o, streaming, file, oracle, defensivekv, layer-defensivekv, pyramidkv, "
+    "adakv(BASE), criticalkv(BASE)";
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
@@ -102,6 +105,8 @@ MethodSpec MethodSpec::parse(std::string_view text) {
       fail<InputError>("--methods: '{}': criticalkv must be the outermost method", s);
     if (spec.kind == Kind::AdaKV && base.kind == Kind::AdaKV)
       fail<InputError>("--methods: '{}': adakv cannot wrap adakv", s);
+    if (base.leaf().kind == Kind::DefensiveKV || base.leaf().kind == Kind::LayerDefensiveKV)
+      fail<InputError>("--methods: '{}': {} has its own stages and allocation", s, base.leaf().name());
     if (base.leaf().kind == Kind::File || base.leaf().kind == Kind::Oracle)
       fail<InputError>("--methods: '{}': {} has no scores to build on", s, base.leaf().name());
     spec.base = std::make_shared<const MethodSpec>(std::move(base));
@@ -113,6 +118,9 @@ MethodSpec MethodSpec::parse(std::string_view text) {
   else if (s == "streaming") spec.kind = Kind::Streaming;
   else if (s == "file") spec.kind = Kind::File;
   else if (s == "oracle") spec.kind = Kind::Oracle;
+  else if (s == "defensivekv") spec.kind = Kind::DefensiveKV;
+  else if (s == "layer-defensivekv") spec.kind = Kind::LayerDefensiveKV;
+  else if (s == "pyramidkv") spec.kind = Kind::PyramidKV;
   else fail<InputError>("--methods: unknown method '{}' (known: {})", s, kKnownMethods);
   return spec;
 }
@@ -125,6 +133,9 @@ std::string MethodSpec::name() const {
     case Kind::Streaming: return "streaming";
     case Kind::File: return "file";
     case Kind::Oracle: return "oracle";
+    case Kind::DefensiveKV: return "defensivekv";
+    case Kind::LayerDefensiveKV: return "layer-defensivekv";
+    case Kind::PyramidKV: return "pyramidkv";
     case Kind::AdaKV: return "adakv(" + base->name() + ")";
     case Kind::CriticalKV: return "criticalkv(" + base->name() + ")";
   }
@@ -185,7 +196,8 @@ ScoreMatrix leaf_scores(const MethodSpec& leaf, const SelectionInputs& in, int64
   using Kind = MethodSpec::Kind;
   switch (leaf.kind) {
     case Kind::Attn: check_scores(in.attn, in, "attn"); return in.attn;
-    case Kind::SnapKV: check_scores(in.snapkv, in, "snapkv"); return in.snapkv;
+    case Kind::SnapKV:
+    case Kind::PyramidKV: check_scores(in.snapkv, in, "snapkv"); return in.snapkv;
     case Kind::H2O: check_scores(in.h2o, in, "h2o"); return in.h2o;
     case Kind::Oracle: check_scores(in.oracle_rank, in, "oracle"); return in.oracle_rank;
     case Kind::Streaming: {
@@ -225,6 +237,21 @@ Selection select(const MethodSpec& method, const SelectionInputs& in, int64_t bu
       out.stage1[static_cast<size_t>(g)] = out.kept[static_cast<size_t>(g)];
     }
     return out;
+  }
+  if (method.kind == Kind::DefensiveKV || method.kind == Kind::LayerDefensiveKV) {
+    if (!in.defensive) fail<InputError>("selection: the {} scores are missing", method.name());
+    int64_t total = budget * h_count;
+    if (method.kind == Kind::LayerDefensiveKV) {
+      const auto it = in.layer_totals.find(budget);
+      if (it == in.layer_totals.end())
+        fail<InputError>("selection: layer-defensivekv has no layer allocation for budget {}", budget);
+      total = it->second;
+    }
+    return select_defensive(*in.defensive, budget, total);
+  }
+  if (method.leaf().kind == Kind::PyramidKV) {
+    if (in.n_layer <= 0) fail<InputError>("selection: pyramidkv needs the layer's depth");
+    budget = std::clamp<int64_t>(pyramid_budget(in.layer, in.n_layer, in.c, budget, params), 0, in.c);
   }
   const ScoreMatrix scores = leaf_scores(method.leaf(), in, budget, params);
   const bool critical = method.kind == Kind::CriticalKV;

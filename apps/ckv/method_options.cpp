@@ -1,0 +1,30 @@
+#include "method_options.h"
+
+#include "core/error.h"
+
+namespace ckv::app {
+
+void add_method_options(CLI::App& cmd, MethodOptions& o, SelectionParams& params) {
+  cmd.add_option("--pyramid-beta", params.pyramid_beta,
+                 "pyramidkv: the pyramid's steepness (kvpress PyramidKVPress beta)")->capture_default_str();
+  cmd.add_option("--defensive-kernel", params.defensive_kernel,
+                 "defensivekv: average-pooling kernel (odd; the official press: 5)")->capture_default_str();
+  cmd.add_option("--defensive-share", o.defensive_share,
+                 "defensivekv: window share subtracted from stage 1's 0.9 mass: before-window (official "
+                 "code: the w positions before the window) or window (the window itself)")
+      ->check(CLI::IsMember({"before-window", "window"}))->capture_default_str();
+  cmd.add_option("--defensive-nu", o.defensive_nu,
+                 "defensivekv: value-norm normalisation: heads (official code: across KV heads per "
+                 "position) or positions (across each KV head's positions)")
+      ->check(CLI::IsMember({"heads", "positions"}))->capture_default_str();
+}
+
+void finish_method_options(const MethodOptions& o, SelectionParams& params) {
+  if (params.defensive_kernel < 1 || params.defensive_kernel % 2 == 0)
+    fail<InputError>("--defensive-kernel {}: must be odd and positive", params.defensive_kernel);
+  if (!(params.pyramid_beta >= 1)) fail<InputError>("--pyramid-beta {}: must be at least 1", params.pyramid_beta);
+  params.defensive_share = o.defensive_share == "window" ? DefensiveShare::Window : DefensiveShare::BeforeWindow;
+  params.defensive_nu = o.defensive_nu == "positions" ? DefensiveNu::AcrossPositions : DefensiveNu::AcrossHeads;
+}
+
+}  // namespace ckv::app
