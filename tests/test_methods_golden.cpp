@@ -32,6 +32,14 @@ SelectionParams params_for(const std::string& label, const h5::Group& c) {
   p.kernel = c.attr_int("kernel");
   p.pool = PoolKind::Avg;
   p.pyramid_beta = c.attr_double("pyramid_beta");
+  p.duo_sink = c.attr_int("duo_sink");
+  p.duo_recent = c.attr_int("duo_recent");
+  const std::vector<double> duo = c.open_dataset("duo_scores").read<double>();  // [n_layer, n_kv_head]
+  const int64_t n_layer = c.attr_int("n_layer"), n_kv = static_cast<int64_t>(duo.size()) / n_layer;
+  auto pattern = std::make_shared<std::vector<std::vector<double>>>();
+  for (int64_t l = 0; l < n_layer; ++l)
+    pattern->emplace_back(duo.begin() + l * n_kv, duo.begin() + (l + 1) * n_kv);
+  p.duo_pattern = pattern;
   if (label.find("share=window") != std::string::npos) p.defensive_share = DefensiveShare::Window;
   if (label.find("nu=positions") != std::string::npos) p.defensive_nu = DefensiveNu::AcrossPositions;
   return p;
@@ -79,7 +87,7 @@ TEST(MethodsGolden, DefensiveKvMatchesOfficialCode) {
     std::map<std::string, std::vector<std::shared_ptr<const DefensiveScores>>> scores;
     for (const LayerCase& lc : layers)
       for (const std::string& label : lc.group.open_group("kept").children()) {
-        if (label == "pyramidkv") continue;
+        if (label == "pyramidkv" || label == "duoattention") continue;
         LayerTensors t{&lc.q, &lc.k, &lc.v, &lc.wo, &lc.nu, nullptr};
         LayerRequest r;
         r.methods = {MethodSpec::parse("defensivekv")};
@@ -94,7 +102,7 @@ TEST(MethodsGolden, DefensiveKvMatchesOfficialCode) {
     for (size_t li = 0; li < layers.size(); ++li) {
       const h5::Group kept = layers[li].group.open_group("kept");
       for (const std::string& label : kept.children()) {
-        if (label == "pyramidkv") continue;
+        if (label == "pyramidkv" || label == "duoattention") continue;
         const bool global = label == "layer-defensivekv";
         const MethodSpec spec = MethodSpec::parse(global ? "layer-defensivekv" : "defensivekv");
         const std::vector<int32_t> ref = kept.open_dataset(label).read<int32_t>();  // [budget, n_kv_head, c]
@@ -126,6 +134,39 @@ TEST(MethodsGolden, DefensiveKvMatchesOfficialCode) {
   }
   EXPECT_GE(compared, 5 * 3 * 11 - 3);
   EXPECT_GE(layer_global, 3 * 11 - 3);
+}
+
+TEST(MethodsGolden, DuoAttentionMatchesKvpress) {
+  h5::File f = h5::File::open_read(kGolden);
+  const h5::Group cases = f.open_group("cases");
+  int compared = 0, streaming = 0;
+  for (const std::string& name : cases.children()) {
+    const h5::Group cg = cases.open_group(name);
+    const int64_t c = cg.attr_int("c");
+    const std::vector<int64_t> budgets = cg.attr_ints("budgets");
+    const SelectionParams p = params_for("duoattention", cg);
+    for (const std::string& l : cg.open_group("layers").children()) {
+      const h5::Group lg = cg.open_group("layers/" + l);
+      SelectionInputs in;
+      in.c = c;
+      in.n_kv_head = lg.open_dataset("k").shape()[0];
+      in.layer = std::stoll(l);
+      in.n_layer = cg.attr_int("n_layer");
+      const std::vector<int32_t> ref = lg.open_dataset("kept/duoattention").read<int32_t>();  // [budget, n_kv_head, c]
+      const int64_t size = in.n_kv_head * c;
+      ASSERT_EQ(ref.size(), budgets.size() * static_cast<size_t>(size));
+      for (size_t bi = 0; bi < budgets.size(); ++bi) {
+        const Selection s = select(MethodSpec::parse("duoattention"), in, budgets[bi], p);
+        const auto first = ref.begin() + static_cast<std::ptrdiff_t>(bi * static_cast<size_t>(size));
+        EXPECT_EQ(mask_of(s, c), std::vector<int32_t>(first, first + size))
+            << name << " layer " << l << " duoattention budget " << budgets[bi];
+        for (const auto& kept : s.kept) streaming += static_cast<int64_t>(kept.size()) < c;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GE(compared, 33);
+  EXPECT_GE(streaming, 20);
 }
 
 TEST(MethodsGolden, PyramidKvMatchesKvpress) {

@@ -64,7 +64,8 @@ void run_bound(BoundOptions& o, const GlobalOptions& g) {
       {"alpha_safe", o.a.params.alpha_safe}, {"gqa_reduce", o.a.gqa_reduce}, {"oracle", o.oracle},
       {"oracle_max_n", o.oracle_max_n}, {"defensive_kernel", o.a.params.defensive_kernel},
       {"defensive_share", o.a.method.defensive_share}, {"defensive_nu", o.a.method.defensive_nu},
-      {"pyramid_beta", o.a.params.pyramid_beta}};
+      {"pyramid_beta", o.a.params.pyramid_beta}, {"duo_pattern", o.a.method.duo_pattern},
+      {"duo_sink", o.a.params.duo_sink}, {"duo_recent", o.a.params.duo_recent}};
   run_bound_job(o.a, g, {block}, {.kind = "bound", .labels = names, .settings = settings});
 }
 
@@ -76,7 +77,7 @@ void register_bound(CLI::App& app, GlobalOptions& g) {
   add_model_options(*cmd, g);
   add_analysis_options(*cmd, o->a);
   cmd->add_option("--methods", o->methods,
-                  "Comma list of attn, snapkv, h2o, streaming, file, oracle, defensivekv, layer-defensivekv, pyramidkv, "
+                  "Comma list of attn, snapkv, h2o, streaming, file, oracle, defensivekv, layer-defensivekv, pyramidkv, duoattention, "
                   "adakv(BASE), criticalkv(BASE), criticalkv(adakv(BASE))")->capture_default_str();
   cmd->add_option("--alpha", o->alpha, "criticalkv stage-1 share of the budget (the paper's experiments: 0.5)")->capture_default_str();
   cmd->add_flag("--oracle", o->oracle, "Add the greedy oracle on the actual L (MATH.md §4)");

@@ -58,7 +58,9 @@ void run_check(CheckOptions& o, const GlobalOptions& g) {
                                    {"defensive_kernel", o.a.params.defensive_kernel},
                                    {"defensive_share", o.a.method.defensive_share},
                                    {"defensive_nu", o.a.method.defensive_nu},
-                                   {"pyramid_beta", o.a.params.pyramid_beta}};
+                                   {"pyramid_beta", o.a.params.pyramid_beta},
+                                   {"duo_pattern", o.a.method.duo_pattern}, {"duo_sink", o.a.params.duo_sink},
+                                   {"duo_recent", o.a.params.duo_recent}};
   run_bound_job(o.a, g, blocks, {.kind = "check", .labels = labels, .settings = settings, .max_list = o.max_list});
 }
 

@@ -359,6 +359,7 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
   nlohmann::json settings = {{"spans", o.spans}, {"span_name", o.span_name}, {"selection_file", o.selection_file}, {"method", o.method}, {"compare", o.compare}, {"budget", o.budget},
                              {"defensive_kernel", o.params.defensive_kernel}, {"defensive_share", o.method_opts.defensive_share},
                              {"defensive_nu", o.method_opts.defensive_nu}, {"pyramid_beta", o.params.pyramid_beta},
+                             {"duo_pattern", o.method_opts.duo_pattern}, {"duo_sink", o.params.duo_sink}, {"duo_recent", o.params.duo_recent},
                              {"layers", o.layers}, {"heads", o.heads}, {"sinks", o.sinks}, {"placebo", o.placebo},
                              {"match_tol", o.match_tol}, {"seed", o.seed}, {"generate", o.generate},
                              {"verify_physical", o.verify_physical}};
@@ -437,7 +438,7 @@ void register_mask(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--span-name", o->span_name, "Evict the record's named span (needle)");
   cmd->add_option("--selection-file", o->selection_file, "Evict per a selection JSON (docs/MASK.md)");
   cmd->add_option("--method", o->method, "Evict by a selection method run in the pass: attn, snapkv, h2o, "
-                  "streaming, defensivekv, layer-defensivekv, pyramidkv, adakv(X), criticalkv(X)");
+                  "streaming, defensivekv, layer-defensivekv, pyramidkv, duoattention, adakv(X), criticalkv(X)");
   cmd->add_option("--compare", o->compare, "With --method: also evict by this method at the same --budget (a run "
                   "named 'compare') and print both per-layer perturbations side by side, e.g. --method snapkv "
                   "--compare 'criticalkv(snapkv)' (the paper's Figure 5)");

@@ -12,11 +12,14 @@ namespace ckv::app {
 
 struct MethodOptions {
   std::string defensive_share = "before-window", defensive_nu = "heads";
+  std::string duo_pattern;  // --duo-pattern TSV
 };
 
-// Adds --defensive-kernel, --pyramid-beta (into params), --defensive-share, --defensive-nu.
+// Adds --defensive-kernel, --pyramid-beta, --duo-sink, --duo-recent (into params),
+// --defensive-share, --defensive-nu, --duo-pattern.
 void add_method_options(CLI::App& cmd, MethodOptions& o, SelectionParams& params);
-// Writes the parsed choices into params; throws InputError for a bad kernel or beta.
+// Writes the parsed choices into params (reading the pattern file); throws InputError for
+// a bad kernel, beta, sink/recent or pattern file.
 void finish_method_options(const MethodOptions& o, SelectionParams& params);
 
 }  // namespace ckv::app

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "analysis/defensivekv.h"
+#include "analysis/duoattention.h"
 #include "analysis/pyramidkv.h"
 #include "core/error.h"
 
@@ -15,7 +16,7 @@ namespace {
 
 constexpr const char* kKnownMethods =
     "attn, snapkv, h2o, streaming, file, oracle, defensivekv, layer-defensivekv, pyramidkv, "
-    "adakv(BASE), criticalkv(BASE)";
+    "duoattention, adakv(BASE), criticalkv(BASE)";
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
@@ -107,7 +108,7 @@ MethodSpec MethodSpec::parse(std::string_view text) {
       fail<InputError>("--methods: '{}': adakv cannot wrap adakv", s);
     if (base.leaf().kind == Kind::DefensiveKV || base.leaf().kind == Kind::LayerDefensiveKV)
       fail<InputError>("--methods: '{}': {} has its own stages and allocation", s, base.leaf().name());
-    if (base.leaf().kind == Kind::File || base.leaf().kind == Kind::Oracle)
+    if (base.leaf().kind == Kind::File || base.leaf().kind == Kind::Oracle || base.leaf().kind == Kind::DuoAttention)
       fail<InputError>("--methods: '{}': {} has no scores to build on", s, base.leaf().name());
     spec.base = std::make_shared<const MethodSpec>(std::move(base));
     return spec;
@@ -121,6 +122,7 @@ MethodSpec MethodSpec::parse(std::string_view text) {
   else if (s == "defensivekv") spec.kind = Kind::DefensiveKV;
   else if (s == "layer-defensivekv") spec.kind = Kind::LayerDefensiveKV;
   else if (s == "pyramidkv") spec.kind = Kind::PyramidKV;
+  else if (s == "duoattention") spec.kind = Kind::DuoAttention;
   else fail<InputError>("--methods: unknown method '{}' (known: {})", s, kKnownMethods);
   return spec;
 }
@@ -136,6 +138,7 @@ std::string MethodSpec::name() const {
     case Kind::DefensiveKV: return "defensivekv";
     case Kind::LayerDefensiveKV: return "layer-defensivekv";
     case Kind::PyramidKV: return "pyramidkv";
+    case Kind::DuoAttention: return "duoattention";
     case Kind::AdaKV: return "adakv(" + base->name() + ")";
     case Kind::CriticalKV: return "criticalkv(" + base->name() + ")";
   }
@@ -249,6 +252,7 @@ Selection select(const MethodSpec& method, const SelectionInputs& in, int64_t bu
     }
     return select_defensive(*in.defensive, budget, total);
   }
+  if (method.kind == Kind::DuoAttention) return select_duo(in, budget, params);
   if (method.leaf().kind == Kind::PyramidKV) {
     if (in.n_layer <= 0) fail<InputError>("selection: pyramidkv needs the layer's depth");
     budget = std::clamp<int64_t>(pyramid_budget(in.layer, in.n_layer, in.c, budget, params), 0, in.c);

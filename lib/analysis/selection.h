@@ -48,13 +48,18 @@ struct SelectionParams {
   DefensiveShare defensive_share = DefensiveShare::BeforeWindow;
   DefensiveNu defensive_nu = DefensiveNu::AcrossHeads;
   double pyramid_beta = 20;  // pyramidkv: the pyramid's steepness (kvpress PyramidKVPress.beta)
+  // duoattention (duoattention.h): head scores [n_layer][n_kv_head] from --duo-pattern, and
+  // what a streaming head keeps: the first duo_sink and the last duo_recent entries.
+  std::shared_ptr<const std::vector<std::vector<double>>> duo_pattern;
+  int64_t duo_sink = 128, duo_recent = 256;
 };
 
 // A method expression: attn, snapkv, h2o, streaming, file, oracle, adakv(X), criticalkv(X),
 // defensivekv, layer-defensivekv (their own stages and allocation: they compose with nothing),
-// pyramidkv (snapkv's scores with a per-layer budget, pyramidkv.h).
+// pyramidkv (snapkv's scores with a per-layer budget, pyramidkv.h), duoattention (a head
+// pattern from a file, duoattention.h; no scores: composes with nothing).
 struct MethodSpec {
-  enum class Kind { Attn, SnapKV, H2O, Streaming, File, Oracle, AdaKV, CriticalKV, DefensiveKV, LayerDefensiveKV, PyramidKV };
+  enum class Kind { Attn, SnapKV, H2O, Streaming, File, Oracle, AdaKV, CriticalKV, DefensiveKV, LayerDefensiveKV, PyramidKV, DuoAttention };
   Kind kind = Kind::Attn;
   std::shared_ptr<const MethodSpec> base;  // set for AdaKV and CriticalKV
 

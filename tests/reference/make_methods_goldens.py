@@ -57,7 +57,10 @@ Layout:
             defensivekv (official), defensivekv:share=window, defensivekv:nu=positions,
             defensivekv:share=window,nu=positions (NumPy), layer-defensivekv (official,
             allocation over the case's layers; compared where layer_determined), pyramidkv (kvpress 0.5.5 PyramidKVPress,
-            window/kernel of the case, avg pooling, beta pyramid_beta, n_layer layers)
+            window/kernel of the case, avg pooling, beta pyramid_beta, n_layer layers),
+            duoattention (kvpress 0.5.5 DuoAttentionPress with the head scores duo_scores
+            [n_layer, n_kv_head], sink duo_sink, recent duo_recent, and the head ratio ckv
+            derives from the budget: (1 - b/c) / (1 - (sink + recent)/c))
 """
 import os
 import subprocess
@@ -306,6 +309,28 @@ def pyramid_kept(q, k, wo, c, w, kernel, cr, beta, layer, n_layer):
     return m
 
 
+def duo_kept(scores, sink, recent, ratio, layer, n_kv, c):
+    """kvpress 0.5.5 DuoAttentionPress: post_init_from_model with the pattern given, then compress."""
+    from kvpress import DuoAttentionPress
+    press = DuoAttentionPress(head_compression_ratio=ratio)
+    DuoAttentionPress.load_attention_pattern = staticmethod(lambda model: (sink, recent, np.clip(scores, 0, 1)))
+    press.post_init_from_model(types.SimpleNamespace(device="cpu"))
+    module = types.SimpleNamespace(layer_idx=layer, config=types.SimpleNamespace(_attn_implementation="sdpa"))
+    keys = torch.zeros(1, n_kv, c, 4, dtype=torch.float64)
+    press.compress(module, None, keys, keys, None, {})
+    m = np.ones((n_kv, c), np.int32)
+    if hasattr(module, "masked_key_indices"):
+        _, heads, seqs = module.masked_key_indices
+        m[heads.numpy(), seqs.numpy()] = 0
+    return m
+
+
+def duo_ratio(c, b, sink, recent):
+    """ckv's head ratio for budget b (lib/analysis/duoattention.h), in the same float order."""
+    window = (sink + recent) / c
+    return 0.0 if window >= 1 else min(1.0, max(0.0, (1 - b / c) / (1 - window)))
+
+
 def write_case(f, mods, name, layers, c, n, w, kernel, fractions, source, n_layer, beta=20):
     """layers: {layer: (q, k, v, wo)} of a model with n_layer layers."""
     any_l = next(iter(layers.values()))
@@ -320,6 +345,10 @@ def write_case(f, mods, name, layers, c, n, w, kernel, fractions, source, n_laye
     g.attrs["source"] = source
     g.attrs["n_layer"] = n_layer
     g.attrs["pyramid_beta"] = beta
+    duo_scores = np.random.default_rng(len(name) * 1000 + c).uniform(0.01, 0.99, (n_layer, n_kv))
+    duo_sink, duo_recent = 4, 16
+    g["duo_scores"] = duo_scores
+    g.attrs["duo_sink"], g.attrs["duo_recent"] = duo_sink, duo_recent
     Defensive = mods["efficient_defensivekv_press"].EfficientDefensiveKVPress
     LayerDefensive = mods["efficient_layer_defensivekv_press"].EfficientLayerDefensiveKVPress
     per_budget_layer_scores = {b: [] for _, b in budgets}
@@ -355,6 +384,8 @@ def write_case(f, mods, name, layers, c, n, w, kernel, fractions, source, n_laye
                 sc = numpy_defensive(q, k, nu, c, w, kernel, b, share, nn_)
                 put(masks, l, label, mask_from_flat(top_flat(sc, b * n_kv), n_kv, c))
             put(masks, l, "pyramidkv", pyramid_kept(q, k, wo, c, w, kernel, cr, beta, l, n_layer))
+            put(masks, l, "duoattention", duo_kept(duo_scores, duo_sink, duo_recent,
+                                                   duo_ratio(c, b, duo_sink, duo_recent), l, n_kv, c))
             lpress = LayerDefensive(compression_ratio=cr, window_size=w, kernel_size=kernel)
             per_budget_layer_scores[b].append((l, official_scores(lpress, q, k, v, wo, c, len(layers))))
     totals, determined = [], []
