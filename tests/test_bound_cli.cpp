@@ -10,6 +10,8 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "io/h5.h"
 
@@ -187,6 +189,27 @@ TEST(BoundCli, RefusesCompositionsOfDefensiveKv) {
                        " --window 8 --methods defensivekv --defensive-kernel 4 -o " + tmp_prefix("bad") + " --force");
   EXPECT_NE(k.status, 0);
   EXPECT_NE(k.out.find("--defensive-kernel 4"), std::string::npos) << k.out;
+  // duoattention: a pattern is required, and it must be a rectangle of numbers of the
+  // model's shape (2 layers x 2 KV heads).
+  const std::string pattern = tmp_prefix("duo.tsv");
+  const auto duo = [&](const std::string& text, const std::string& flags) {
+    std::ofstream(pattern) << text;
+    return run("bound --model " + kModel + " --tokens " + tokens_file(60) + " --window 8 --methods duoattention " +
+               flags + " -o " + tmp_prefix("duo") + " --force");
+  };
+  for (const auto& [text, flags, needle] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"", "", "needs --duo-pattern"},
+           {"0.1\t0.9\n0.5\n", "--duo-pattern " + pattern, "line 2 has 1 scores"},
+           {"0.1\tx\n", "--duo-pattern " + pattern, "'x' is not a number"},
+           {"0.1\t0.9\n", "--duo-pattern " + pattern, "1 layers x 2 KV heads, the model has 2 x 2"}}) {
+    const CliRun r = duo(text, flags);
+    EXPECT_EQ(r.status >> 8, 1) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_NE(r.out.find(needle), std::string::npos) << r.out;
+  }
+  const CliRun ok = duo("0.1\t0.9\n0.8\t0.2\n", "--duo-pattern " + pattern + " --duo-sink 4 --duo-recent 8");
+  EXPECT_EQ(ok.status, 0) << ok.out;
 }
 
 }  // namespace

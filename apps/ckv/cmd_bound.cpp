@@ -51,6 +51,8 @@ void run_bound(BoundOptions& o, const GlobalOptions& g) {
       fail<InputError>("--methods: 'file' needs --selection-file");
     if (m.leaf().kind == MethodSpec::Kind::Oracle && !o.oracle)
       fail<InputError>("--methods: 'oracle' needs --oracle");
+    if (m.leaf().kind == MethodSpec::Kind::DuoAttention && !o.a.params.duo_pattern)
+      fail<InputError>("--methods: 'duoattention' needs --duo-pattern");
   }
   if (o.oracle && std::none_of(block.methods.begin(), block.methods.end(),
                                [](const MethodSpec& m) { return m.kind == MethodSpec::Kind::Oracle; }))

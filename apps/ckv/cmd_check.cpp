@@ -44,6 +44,8 @@ void run_check(CheckOptions& o, const GlobalOptions& g) {
   const MethodSpec method = MethodSpec::parse(o.method);
   if (method.leaf().kind == MethodSpec::Kind::File || method.leaf().kind == MethodSpec::Kind::Oracle)
     fail<InputError>("--method {}: check needs a scored method", o.method);
+  if (method.leaf().kind == MethodSpec::Kind::DuoAttention && !o.a.params.duo_pattern)
+    fail<InputError>("--method duoattention needs --duo-pattern");
   std::vector<AnalysisBlock> blocks;
   std::vector<std::string> labels;
   for (double alpha : alphas) {

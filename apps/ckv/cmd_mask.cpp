@@ -336,6 +336,9 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
   {
     SelectionParams check = o.params;
     finish_method_options(o.method_opts, check);
+    for (const std::string* m : {&o.method, &o.compare})
+      if (!m->empty() && MethodSpec::parse(*m).kind == MethodSpec::Kind::DuoAttention && !check.duo_pattern)
+        fail<InputError>("--method duoattention needs --duo-pattern");
   }
   const Shard shard = Shard::resolve(o.shard);
   if (!shard.is_whole() && o.input_jsonl.empty())
