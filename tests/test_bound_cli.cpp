@@ -10,6 +10,8 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "io/h5.h"
 
@@ -133,6 +135,81 @@ TEST(BoundCli, RefusesDumpMissingWhatTheMetricsNeed) {
   expect_refused(bound + dump_with("no_v.h5", "--what q,k"), "the dump lacks v (record it with `ckv dump --what q,k,v");
   expect_refused(bound + dump_with("some_heads.h5", "--what q,k,v --heads 0-1"), "`ckv dump --heads all`");
   expect_refused(bound + dump_with("one_layer.h5", "--what q,k,v --layers 0"), "layer 1 is not in the dump (`ckv dump --layers");
+}
+
+}  // namespace
+
+namespace {
+
+// kept_count [method, budget, layer, kv_head] of a one-budget run.
+std::vector<int64_t> kept_counts(const std::string& prefix) {
+  ckv::h5::File f = ckv::h5::File::open_read(prefix + ".h5");
+  return f.open_dataset("records/0/kept_count").read<int64_t>();
+}
+
+TEST(BoundCli, LayerGlobalMethodsAllocateOverAllLayers) {
+  // tiny_llama_gqa: 2 layers x 2 KV heads; c = 60, budget int(60 * 0.3) = 18 per KV head.
+  const std::string all = tmp_prefix("global_all"), one = tmp_prefix("global_one");
+  const std::string common = "bound --model " + kModel + " --tokens " + tokens_file(60) +
+                             " --window 8 --budgets 0.3 --methods 'defensivekv,layer-defensivekv,pyramidkv' ";
+  const CliRun r = run(common + "-o " + all + " --force");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::vector<int64_t> k = kept_counts(all);  // [3 methods, 1, 2 layers, 2 kv heads]
+  ASSERT_EQ(k.size(), 12u);
+  // defensivekv and pyramidkv (below beta * window: uniform) keep b * n_kv_head per layer.
+  for (int l = 0; l < 2; ++l) {
+    EXPECT_EQ(k[static_cast<size_t>(l * 2)] + k[static_cast<size_t>(l * 2 + 1)], 36) << "defensivekv layer " << l;
+    EXPECT_EQ(k[static_cast<size_t>(8 + l * 2)], 18);
+  }
+  // layer-defensivekv shares b * n_kv_head * n_layer among the layers.
+  EXPECT_EQ(k[4] + k[5] + k[6] + k[7], 72);
+  // The allocation is over all the model's layers whatever --layers says.
+  const CliRun r1 = run(common + "--layers 1 -o " + one + " --force");
+  ASSERT_EQ(r1.status, 0) << r1.out;
+  const std::vector<int64_t> k1 = kept_counts(one);  // [3, 1, 1 layer, 2]
+  ASSERT_EQ(k1.size(), 6u);
+  EXPECT_EQ(k1[2], k[6]);
+  EXPECT_EQ(k1[3], k[7]);
+  ckv::h5::File fa = ckv::h5::File::open_read(all + ".h5"), f1 = ckv::h5::File::open_read(one + ".h5");
+  const std::vector<int32_t> ma = fa.open_dataset("records/0/kept_mask").read<int32_t>();  // [3, 1, 2, 2, 60]
+  const std::vector<int32_t> m1 = f1.open_dataset("records/0/kept_mask").read<int32_t>();  // [3, 1, 1, 2, 60]
+  EXPECT_EQ(std::vector<int32_t>(m1.begin() + 120, m1.begin() + 240),
+            std::vector<int32_t>(ma.begin() + 240 + 120, ma.begin() + 480));
+}
+
+TEST(BoundCli, RefusesCompositionsOfDefensiveKv) {
+  for (const char* m : {"criticalkv(defensivekv)", "adakv(layer-defensivekv)"}) {
+    const CliRun r = run("bound --model " + kModel + " --tokens " + tokens_file(60) + " --window 8 --methods '" + m +
+                         "' -o " + tmp_prefix("bad") + " --force");
+    EXPECT_EQ(r.status >> 8, 2) << r.out;  // a flag error
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_NE(r.out.find("has its own stages and allocation"), std::string::npos) << r.out;
+  }
+  const CliRun k = run("bound --model " + kModel + " --tokens " + tokens_file(60) +
+                       " --window 8 --methods defensivekv --defensive-kernel 4 -o " + tmp_prefix("bad") + " --force");
+  EXPECT_EQ(k.status >> 8, 2) << k.out;
+  EXPECT_NE(k.out.find("--defensive-kernel 4"), std::string::npos) << k.out;
+  // duoattention: a pattern is required, and it must be a rectangle of numbers of the
+  // model's shape (2 layers x 2 KV heads).
+  const std::string pattern = tmp_prefix("duo.tsv");
+  const auto duo = [&](const std::string& text, const std::string& flags) {
+    std::ofstream(pattern) << text;
+    return run("bound --model " + kModel + " --tokens " + tokens_file(60) + " --window 8 --methods duoattention " +
+               flags + " -o " + tmp_prefix("duo") + " --force");
+  };
+  for (const auto& [text, flags, needle] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"", "", "needs --duo-pattern"},
+           {"0.1\t0.9\n0.5\n", "--duo-pattern " + pattern, "line 2 has 1 scores"},
+           {"0.1\tx\n", "--duo-pattern " + pattern, "'x' is not a number"},
+           {"0.1\t0.9\n", "--duo-pattern " + pattern, "1 layers x 2 KV heads, the model has 2 x 2"}}) {
+    const CliRun r = duo(text, flags);
+    EXPECT_EQ(r.status >> 8, flags.empty() ? 2 : 1) << r.out;  // a missing flag, or a bad file
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_NE(r.out.find(needle), std::string::npos) << r.out;
+  }
+  const CliRun ok = duo("0.1\t0.9\n0.8\t0.2\n", "--duo-pattern " + pattern + " --duo-sink 4 --duo-recent 8");
+  EXPECT_EQ(ok.status, 0) << ok.out;
 }
 
 }  // namespace

@@ -275,7 +275,7 @@ TEST_P(MaskModels, MethodSelectedInsideThePassIsExactAndKeepsTheBudget) {
       req.recorder = &keep;
       req.layer_mask = method_mask_source(m.config, m.weights, {.method = MethodSpec::parse(method), .budget = budget,
                                           .params = sp, .c = kC, .eval_rows = eval_rows(), .layers = layers,
-                                          .kv_heads = heads}, &plan);
+                                          .kv_heads = heads, .pool = nullptr, .layer_totals = {}}, &plan);
       fwd.run(tokens(), req);
       for (int64_t l = 0; l < m.config.n_layer; ++l) {
         int64_t kept = 0;
@@ -288,7 +288,8 @@ TEST_P(MaskModels, MethodSelectedInsideThePassIsExactAndKeepsTheBudget) {
   }
   EvictionPlan plan = EvictionPlan::none(m.config.n_layer, m.config.n_kv_head, kC, kSeq);
   EXPECT_THROW(method_mask_source(m.config, m.weights, {.method = MethodSpec::parse("attn"), .budget = 0, .params = {},
-                                  .c = kC, .eval_rows = eval_rows(), .layers = layers, .kv_heads = heads}, &plan),
+                                  .c = kC, .eval_rows = eval_rows(), .layers = layers, .kv_heads = heads,
+                                  .pool = nullptr, .layer_totals = {}}, &plan),
                InputError);
   EXPECT_THROW(parse_budget("0", kC), UsageError);
   EXPECT_THROW(parse_budget("28", kC), UsageError);  // counts go through --keep, as in bound

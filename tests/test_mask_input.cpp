@@ -175,5 +175,34 @@ TEST(MaskCli, CompareRunEqualsTheSeparateMethodRun) {
                     "--compare needs --method", 2);
 }
 
+
+// The context-only selections of `mask --method` equal `bound`'s on the context alone (its
+// rows are the same with or without the question), including layer-defensivekv, whose
+// layer budgets come from a pre-pass over all layers.
+TEST(MaskCli, LayerGlobalMethodEvictsWhatBoundKeeps) {
+  const auto dir = test::scratch_dir("mask_cli");
+  std::string context;
+  for (int i = 0; i < 24; ++i) context += std::to_string((i * 37 + 11) % 256) + " ";
+  test::write_text(dir / "context.txt", context);
+  const test::RunResult b = test::run_ckv("-q bound --model " + kTiny + " --tokens " + (dir / "context.txt").string() +
+                                          " --window 4 --budgets 0.5 --methods 'defensivekv,layer-defensivekv,pyramidkv' -o " +
+                                          (dir / "ctx").string() + " --force");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const h5::File bf = h5::File::open_read((dir / "ctx.h5").string());
+  const std::vector<int32_t> kept = bf.open_dataset("records/0/kept_mask").read<int32_t>();  // [3, 1, 2, 2, 24]
+  const char* methods[] = {"defensivekv", "layer-defensivekv", "pyramidkv"};
+  for (int m = 0; m < 3; ++m) {
+    const std::string out = (dir / (std::string("m") + std::to_string(m) + ".h5")).string();
+    const test::RunResult r = test::run_ckv("-q mask --model " + kTiny + " --tokens " + ids(dir) +
+                                            " --context-end 24 --window 4 --budget 0.5 --method " + methods[m] + " -o " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::vector<int32_t> evicted =
+        h5::File::open_read(out).open_group("records/0/runs/target").open_dataset("evicted").read<int32_t>();  // [2, 2, 24]
+    ASSERT_EQ(evicted.size(), 96u);
+    for (size_t i = 0; i < evicted.size(); ++i)
+      EXPECT_EQ(evicted[i], 1 - kept[static_cast<size_t>(m) * 96 + i]) << methods[m] << " entry " << i;
+  }
+}
+
 }  // namespace
 }  // namespace ckv

@@ -7,11 +7,13 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "analysis/layer_allocation.h"
 #include "analysis/value_norms.h"
 #include "bound_report.h"
 #include "core/atomic_file.h"
@@ -106,11 +108,40 @@ void check_selection(const std::string& path, int64_t layer, const std::vector<s
                          c, record);
 }
 
+bool layer_global(const AnalysisBlock& b) {
+  return std::any_of(b.methods.begin(), b.methods.end(), [](const MethodSpec& m) { return m.layer_global(); });
+}
+
+// Per block, the pre-pass of its layer-global methods (null for blocks without them).
+using Collectors = std::vector<std::unique_ptr<DefensiveCollector>>;
+
+Collectors make_collectors(const Model& model, const std::vector<AnalysisBlock>& blocks, int64_t c, ThreadPool& pool) {
+  Collectors out;
+  for (const AnalysisBlock& b : blocks)
+    out.push_back(layer_global(b) ? std::make_unique<DefensiveCollector>(model.weights, model.config.n_head, c,
+                                                                         b.params, &pool)
+                                  : nullptr);
+  return out;
+}
+
+class CollectorFanout : public Recorder {
+ public:
+  explicit CollectorFanout(Collectors& c) : c_(c) {}
+  void on_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) override {
+    for (auto& c : c_)
+      if (c) c->on_qkv(layer, q, k, v);
+  }
+
+ private:
+  Collectors& c_;
+};
+
 class AnalysisRecorder : public Recorder {
  public:
   AnalysisRecorder(const Model& model, const std::vector<AnalysisBlock>& blocks, BoundRecord& rec,
-                   ThreadPool& pool, const std::vector<std::map<int64_t, std::vector<std::vector<int64_t>>>>& files)
-      : model_(model), blocks_(blocks), rec_(rec), pool_(pool), files_(files) {}
+                   ThreadPool& pool, const std::vector<std::map<int64_t, std::vector<std::vector<int64_t>>>>& files,
+                   const Collectors* collectors = nullptr)
+      : model_(model), blocks_(blocks), rec_(rec), pool_(pool), files_(files), collectors_(collectors) {}
   void on_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) override {
     const Tensor& wo = model_.weights.layers.at(static_cast<size_t>(layer)).wo;
     analyze(layer, q, k, v, wo);
@@ -126,12 +157,19 @@ class AnalysisRecorder : public Recorder {
       r.budgets = rec_.budgets;
       r.params = b.params;
       r.c = rec_.c;
+      r.layer = layer;
+      r.n_layer = model_.config.n_layer;
       r.eval_rows = rec_.eval_rows;
       r.oracle = b.oracle;
       r.oracle_max_n = b.oracle_max_n;
       if (auto it = files_[bi].find(layer); it != files_[bi].end()) {
         check_selection(b.selection_file, layer, it->second, rec_.c, fmt::format("record \"{}\"", rec_.id));
         r.file_kept = it->second;
+      }
+      if (collectors_ && (*collectors_)[bi]) {
+        const DefensiveCollector& col = *(*collectors_)[bi];
+        r.defensive = col.scores(layer);
+        for (int64_t budget : rec_.budgets) r.layer_totals[budget] = col.totals(budget).at(layer);
       }
       LayerResult part = analyze_layer(t, r, &pool_);
       if (bi == 0) {
@@ -154,6 +192,7 @@ class AnalysisRecorder : public Recorder {
   BoundRecord& rec_;
   ThreadPool& pool_;
   const std::vector<std::map<int64_t, std::vector<std::vector<int64_t>>>>& files_;
+  const Collectors* collectors_;
 };
 
 BoundRecord prepare(const AnalysisOptions& o, const std::string& id, int64_t n, int64_t c) {
@@ -194,6 +233,7 @@ void add_analysis_options(CLI::App& cmd, AnalysisOptions& o) {
   cmd.add_option("--sinks", o.params.sinks, "streaming: sink entries kept at the start")->capture_default_str();
   cmd.add_option("--eps", o.params.eps, "criticalkv stage-2 offset")->capture_default_str();
   cmd.add_option("--alpha-safe", o.params.alpha_safe, "adakv: share of the budget every head keeps")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  add_method_options(cmd, o.method, o.params);
   cmd.add_option("--gqa-reduce", o.gqa_reduce, "Reduction of a KV head's query-head scores and nu")->check(CLI::IsMember({"mean", "max"}))->capture_default_str();
   cmd.add_option("-o,--out", o.out, "Output prefix: PREFIX.h5, PREFIX.csv, PREFIX.json")->capture_default_str();
   cmd.add_option("--shard", o.shard,
@@ -208,6 +248,7 @@ void finish_options(AnalysisOptions& o) {
   validate_selection_params(o.params);
   o.params.pool = o.pool == "avg" ? PoolKind::Avg : PoolKind::Max;
   o.params.gqa_reduce = o.gqa_reduce == "max" ? GqaReduce::Max : GqaReduce::Mean;
+  finish_method_options(o.method, o.params);
 }
 
 std::vector<int64_t> resolve_budgets(const AnalysisOptions& o, int64_t c, const std::string& record) {
@@ -290,18 +331,28 @@ int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std
       if (c < 1 || c > n) fail<FormatError>("{}: context_end {} is outside [1, n_tokens = {}]", where, c, n);
       BoundRecord rec = prepare(o, id, n, c);
       rec.index = static_cast<int64_t>(index);
-      AnalysisRecorder rc(model, blocks, rec, pool, files);
+      auto load = [&](int64_t l, const char* name) {
+        const int64_t heads = std::string_view(name) == "q" ? cf.n_head : cf.n_kv_head;
+        const h5::Dataset ds = r.open_group(fmt::format("layers/{}", l)).open_dataset(name);
+        const std::vector<int64_t> want{heads, n, cf.d_head};
+        if (ds.shape() != want)
+          fail<FormatError>("{}: layer {} {} has shape [{}], expected [{}] from n_tokens and the model", where, l,
+                            name, fmt::join(ds.shape(), ", "), fmt::join(want, ", "));
+        return Tensor(ds.shape(), ds.read<float>());
+      };
+      Collectors collectors = make_collectors(model, blocks, rec.c, pool);
+      if (std::any_of(blocks.begin(), blocks.end(), layer_global)) {
+        // Layer-global methods share the budget among all the model's layers.
+        for (int64_t l = 0; l < model.config.n_layer; ++l) {
+          if (std::find(dumped.begin(), dumped.end(), l) == dumped.end())
+            fail<InputError>("{}: layer {} is not in the dump; layer-defensivekv allocates over all layers", o.dump, l);
+          const Tensor q = load(l, "q"), k = load(l, "k"), v = load(l, "v");  // in order: errors name q first
+          CollectorFanout(collectors).on_qkv(l, q, k, v);
+        }
+      }
+      AnalysisRecorder rc(model, blocks, rec, pool, files, &collectors);
       for (int64_t l : layers) {
-        const h5::Group lg = r.open_group(fmt::format("layers/{}", l));
-        auto load = [&](const char* name, int64_t heads) {
-          const h5::Dataset ds = lg.open_dataset(name);
-          const std::vector<int64_t> want{heads, n, cf.d_head};
-          if (ds.shape() != want)
-            fail<FormatError>("{}: layer {} {} has shape [{}], expected [{}] from n_tokens and the model", where, l,
-                              name, fmt::join(ds.shape(), ", "), fmt::join(want, ", "));
-          return Tensor(ds.shape(), ds.read<float>());
-        };
-        const Tensor q = load("q", cf.n_head), k = load("k", cf.n_kv_head), v = load("v", cf.n_kv_head);
+        const Tensor q = load(l, "q"), k = load(l, "k"), v = load(l, "v");
         rc.analyze(l, q, k, v, model.weights.layers.at(static_cast<size_t>(l)).wo);
       }
       sink.write(rec);
@@ -313,7 +364,18 @@ int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std
   auto run_one = [&](const std::string& id, int64_t index, const std::vector<int32_t>& tokens, int64_t c) {
     BoundRecord rec = prepare(o, id, static_cast<int64_t>(tokens.size()), c);
     rec.index = index;
-    AnalysisRecorder rc(model, blocks, rec, pool, files);
+    Collectors collectors = make_collectors(model, blocks, c, pool);
+    if (std::any_of(blocks.begin(), blocks.end(), layer_global)) {
+      // Layer-global methods share the budget among all the model's layers: a pre-pass over
+      // the context (its rows are all the scores read) collects every layer's scores.
+      CollectorFanout fan(collectors);
+      ForwardRequest pre;
+      for (int64_t l = 0; l < model.config.n_layer; ++l) pre.record.layers.push_back(l);
+      pre.record.qkv = true;
+      pre.recorder = &fan;
+      forward.run(std::vector<int32_t>(tokens.begin(), tokens.begin() + c), pre);
+    }
+    AnalysisRecorder rc(model, blocks, rec, pool, files, &collectors);
     ForwardRequest req;
     req.record.layers = layers;
     req.record.qkv = true;

@@ -12,6 +12,7 @@
 
 #include "analysis/bound_layer.h"
 #include "common.h"
+#include "method_options.h"
 #include "core/provenance.h"
 #include "io/bound_schema.h"
 #include "prompt_input.h"
@@ -29,6 +30,7 @@ struct AnalysisOptions {
   std::string layers = "all";
   SelectionParams params;
   std::string pool = "max", gqa_reduce = "mean";
+  MethodOptions method;        // --defensive-*
   std::string out = "bound";   // output prefix: <out>.h5, <out>.csv, <out>.json
   std::string shard;           // --shard i/N; empty: Slurm array variables, else 0/1
   bool force = false, resume = false;

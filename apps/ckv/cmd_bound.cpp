@@ -51,6 +51,8 @@ void run_bound(BoundOptions& o, const GlobalOptions& g) {
       fail<UsageError>("--methods: 'file' needs --selection-file");
     if (m.leaf().kind == MethodSpec::Kind::Oracle && !o.oracle)
       fail<UsageError>("--methods: 'oracle' needs --oracle");
+    if (m.leaf().kind == MethodSpec::Kind::DuoAttention && !o.a.params.duo_pattern)
+      fail<UsageError>("--methods: 'duoattention' needs --duo-pattern");
   }
   if (o.oracle && std::none_of(block.methods.begin(), block.methods.end(),
                                [](const MethodSpec& m) { return m.kind == MethodSpec::Kind::Oracle; }))
@@ -62,7 +64,10 @@ void run_bound(BoundOptions& o, const GlobalOptions& g) {
       {"pool", o.a.pool}, {"kernel", o.a.params.kernel}, {"h2o_rows", o.a.params.h2o_rows},
       {"sinks", o.a.params.sinks}, {"alpha", o.alpha}, {"eps", o.a.params.eps},
       {"alpha_safe", o.a.params.alpha_safe}, {"gqa_reduce", o.a.gqa_reduce}, {"oracle", o.oracle},
-      {"oracle_max_n", o.oracle_max_n}};
+      {"oracle_max_n", o.oracle_max_n}, {"defensive_kernel", o.a.params.defensive_kernel},
+      {"defensive_share", o.a.method.defensive_share}, {"defensive_nu", o.a.method.defensive_nu},
+      {"pyramid_beta", o.a.params.pyramid_beta}, {"duo_pattern", o.a.method.duo_pattern},
+      {"duo_sink", o.a.params.duo_sink}, {"duo_recent", o.a.params.duo_recent}};
   run_bound_job(o.a, g, {block}, {.kind = "bound", .labels = names, .settings = settings});
 }
 
@@ -74,8 +79,8 @@ void register_bound(CLI::App& app, GlobalOptions& g) {
   add_model_options(*cmd, g);
   add_analysis_options(*cmd, o->a);
   cmd->add_option("--methods", o->methods,
-                  "Comma list of attn, snapkv, h2o, streaming, file, oracle, adakv(BASE), criticalkv(BASE), "
-                  "criticalkv(adakv(BASE))")->capture_default_str();
+                  "Comma list of attn, snapkv, h2o, streaming, file, oracle, defensivekv, layer-defensivekv, pyramidkv, duoattention, "
+                  "adakv(BASE), criticalkv(BASE), criticalkv(adakv(BASE))")->capture_default_str();
   cmd->add_option("--alpha", o->alpha, "criticalkv stage-1 share of the budget (the paper's experiments: 0.5)")->capture_default_str();
   cmd->add_flag("--oracle", o->oracle, "Add the greedy oracle on the actual L (MATH.md §4)");
   cmd->add_option("--oracle-max-n", o->oracle_max_n, "Skip the oracle (NaN) for contexts longer than this")->capture_default_str();

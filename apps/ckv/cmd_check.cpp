@@ -44,6 +44,8 @@ void run_check(CheckOptions& o, const GlobalOptions& g) {
   const MethodSpec method = MethodSpec::parse(o.method);
   if (method.leaf().kind == MethodSpec::Kind::File || method.leaf().kind == MethodSpec::Kind::Oracle)
     fail<UsageError>("--method {}: check needs a scored method", o.method);
+  if (method.leaf().kind == MethodSpec::Kind::DuoAttention && !o.a.params.duo_pattern)
+    fail<UsageError>("--method duoattention needs --duo-pattern");
   std::vector<AnalysisBlock> blocks;
   std::vector<std::string> labels;
   for (double alpha : alphas) {
@@ -54,7 +56,13 @@ void run_check(CheckOptions& o, const GlobalOptions& g) {
   }
   const nlohmann::json settings = {{"method", method.name()}, {"alphas", alphas}, {"budgets", o.a.budgets},
                                    {"keep", o.a.keep}, {"window", o.a.params.window}, {"pool", o.a.pool},
-                                   {"kernel", o.a.params.kernel}, {"gqa_reduce", o.a.gqa_reduce}};
+                                   {"kernel", o.a.params.kernel}, {"gqa_reduce", o.a.gqa_reduce},
+                                   {"defensive_kernel", o.a.params.defensive_kernel},
+                                   {"defensive_share", o.a.method.defensive_share},
+                                   {"defensive_nu", o.a.method.defensive_nu},
+                                   {"pyramid_beta", o.a.params.pyramid_beta},
+                                   {"duo_pattern", o.a.method.duo_pattern}, {"duo_sink", o.a.params.duo_sink},
+                                   {"duo_recent", o.a.params.duo_recent}};
   run_bound_job(o.a, g, blocks, {.kind = "check", .labels = labels, .settings = settings, .max_list = o.max_list});
 }
 

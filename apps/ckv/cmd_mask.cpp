@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "analysis/layer_allocation.h"
 #include "analysis/mask_metrics.h"
 #include "analysis/mask_plan.h"
 #include "analysis/placebo.h"
@@ -29,6 +30,7 @@
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "mask_report.h"
+#include "method_options.h"
 #include "prompt_input.h"
 
 namespace ckv::app {
@@ -50,6 +52,8 @@ struct MaskOptions {
   std::string compare;  // --compare: a second method at the same budget, run beside --method
   int64_t window = 32, kernel = 7;
   std::string pool = "max";
+  SelectionParams params;   // --defensive-kernel
+  MethodOptions method_opts;  // --defensive-share, --defensive-nu
   std::string layers = "all", heads = "all";
   int64_t sinks = 4, placebo = 0, generate = 0;
   double match_tol = 0.25;
@@ -71,7 +75,8 @@ struct Prepared {
 // --window/--kernel/--pool/--sinks as the selection methods read them (checked by the same
 // validator as `ckv bound`'s).
 SelectionParams selection_params(const MaskOptions& o) {
-  SelectionParams sp;
+  SelectionParams sp = o.params;
+  finish_method_options(o.method_opts, sp);
   sp.window = o.window;
   sp.kernel = o.kernel;
   sp.pool = o.pool == "avg" ? PoolKind::Avg : PoolKind::Max;
@@ -143,11 +148,13 @@ class MaskJob {
       target.plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, p.c, prompt_len);
       method_ = MethodMask{.method = MethodSpec::parse(o_.method), .budget = mask_budget(o_.budget, o_.keep, p.c),
                            .params = selection_params(o_), .c = p.c, .eval_rows = rec.eval_rows, .layers = layers, .kv_heads = kv_heads,
-                           .pool = &pool_};
+                           .pool = &pool_, .layer_totals = {}};
       if (!o_.compare.empty()) {
         compare_ = method_;
         compare_->method = MethodSpec::parse(o_.compare);
       }
+      for (std::optional<MethodMask>* m : {&method_, &compare_})
+        if (*m && (*m)->method.layer_global()) (*m)->layer_totals = layer_totals(rec.tokens, p.c, **m);
     } else if (!o_.selection_file.empty()) {
       target.source = "selection-file " + o_.selection_file;
       target.plan = plan_from_selection_file(o_.selection_file, p.c, prompt_len, layers, kv_heads, cf.n_layer, cf.n_kv_head);
@@ -180,6 +187,18 @@ class MaskJob {
   }
 
  private:
+  // A layer-global method's per-layer totals: an unmasked pre-pass over the context (whose
+  // rows are the same in the masked pass) collects every layer's scores.
+  std::map<int64_t, int64_t> layer_totals(const std::vector<int32_t>& tokens, int64_t c, const MethodMask& m) {
+    DefensiveCollector col(model_.weights, model_.config.n_head, c, m.params, &pool_);
+    ForwardRequest pre;
+    for (int64_t l = 0; l < model_.config.n_layer; ++l) pre.record.layers.push_back(l);
+    pre.record.qkv = true;
+    pre.recorder = &col;
+    fwd_.run(std::vector<int32_t>(tokens.begin(), tokens.begin() + c), pre);
+    return col.totals(m.budget);
+  }
+
   double answer_logp(const ForwardResult& out, const std::vector<int32_t>& answer) const {
     double s = 0;
     const int64_t vocab = model_.config.vocab;
@@ -333,7 +352,13 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
     if (!o.budget.empty()) parse_budget_fraction(o.budget, "--budget");
     else check_keep(o.keep);
   }
-  validate_selection_params(selection_params(o));
+  {
+    const SelectionParams check = selection_params(o);
+    validate_selection_params(check);
+    for (const std::string* m : {&o.method, &o.compare})
+      if (!m->empty() && MethodSpec::parse(*m).kind == MethodSpec::Kind::DuoAttention && !check.duo_pattern)
+        fail<UsageError>("--method duoattention needs --duo-pattern");
+  }
   const Shard shard = Shard::resolve(o.shard);
   if (!shard.is_whole() && o.input_jsonl.empty())
     fail<UsageError>("--shard {}: sharding needs a JSONL batch (--input)", shard.to_string());
@@ -352,6 +377,9 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
   prov.set("input_sha256", input_sha256(o));
   set_shard_provenance(prov, shard, o.input_jsonl.empty() ? 1 : count_input_records(o.input_jsonl));
   nlohmann::json settings = {{"spans", o.spans}, {"span_name", o.span_name}, {"selection_file", o.selection_file}, {"method", o.method}, {"compare", o.compare}, {"budget", o.budget}, {"keep", o.keep},
+                             {"defensive_kernel", o.params.defensive_kernel}, {"defensive_share", o.method_opts.defensive_share},
+                             {"defensive_nu", o.method_opts.defensive_nu}, {"pyramid_beta", o.params.pyramid_beta},
+                             {"duo_pattern", o.method_opts.duo_pattern}, {"duo_sink", o.params.duo_sink}, {"duo_recent", o.params.duo_recent},
                              {"layers", o.layers}, {"heads", o.heads}, {"sinks", o.sinks}, {"placebo", o.placebo},
                              {"match_tol", o.match_tol}, {"seed", o.seed}, {"generate", o.generate},
                              {"verify_physical", o.verify_physical}};
@@ -431,7 +459,7 @@ void register_mask(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--span-name", o->span_name, "Evict the record's named span (needle)");
   cmd->add_option("--selection-file", o->selection_file, "Evict per a selection JSON (docs/MASK.md)");
   cmd->add_option("--method", o->method, "Evict by a selection method run in the pass: attn, snapkv, h2o, "
-                  "streaming, adakv(X), criticalkv(X)");
+                  "streaming, defensivekv, layer-defensivekv, pyramidkv, duoattention, adakv(X), criticalkv(X)");
   cmd->add_option("--compare", o->compare, "With --method: also evict by this method at the same --budget (a run "
                   "named 'compare') and print both per-layer perturbations side by side, e.g. --method snapkv "
                   "--compare 'criticalkv(snapkv)' (the paper's Figure 5)");
@@ -440,6 +468,7 @@ void register_mask(CLI::App& app, GlobalOptions& g) {
       ->each([o](const std::string&) { o->keep_given = true; });
   cmd->add_option("--window", o->window, "snapkv observation window")->capture_default_str();
   cmd->add_option("--kernel", o->kernel, "snapkv pooling kernel (odd)")->capture_default_str();
+  add_method_options(*cmd, o->method_opts, o->params);
   cmd->add_option("--pool", o->pool, "snapkv pooling")->check(CLI::IsMember({"max", "avg"}))->capture_default_str();
   cmd->add_option("--layers", o->layers, "Layers to mask: all, or indices and ranges (0-3,10)")->capture_default_str();
   cmd->add_option("--heads", o->heads, "KV heads to mask: all, or indices and ranges")->capture_default_str();

@@ -9,6 +9,7 @@
 #include <limits>
 #include <span>
 
+#include "analysis/defensivekv.h"
 #include "analysis/oracle.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -100,6 +101,10 @@ SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool 
   ScoreMatrix attn(d.n_head, c), nu(d.n_head, c), pooled, acc;
   if (need_snapkv) pooled.resize(d.n_head, prefix);
   if (need_h2o) acc.resize(d.n_head, c);
+  const bool need_defensive = !r.defensive && (uses(r.methods, MethodSpec::Kind::DefensiveKV) ||
+                                               uses(r.methods, MethodSpec::Kind::LayerDefensiveKV));
+  if (need_defensive && w >= c) fail<InputError>("--window {}: not shorter than the context of {} tokens", w, c);
+  std::vector<DefensiveHeadFold> folds(need_defensive ? static_cast<size_t>(d.n_head) : 0);
   if (eval) eval->assign(static_cast<size_t>(d.n_head), MatrixD());
   for_each(pool, d.n_head, [&](int64_t h) {
     const MatrixD kd = keys_double(t, d, h / d.group, len);  // [len, d_head]
@@ -115,6 +120,15 @@ SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool 
     // h2o: accumulated attention of the last h2o_rows context queries (as the paper emulates H2O).
     if (need_h2o)
       acc.row(h) = summed_attention(t, d, kd, h, std::max<int64_t>(0, c - r.params.h2o_rows), c, c);
+    // defensivekv.h: the window rows one by one (pooled per row), not their sum.
+    if (need_defensive) {
+      std::vector<int64_t> rows;
+      for (int64_t r0 = prefix; r0 < c; r0 += kRowChunk) {
+        rows.clear();
+        for (int64_t p = r0; p < std::min(c, r0 + kRowChunk); ++p) rows.push_back(p);
+        defensive_fold(head_attention(t, d, kd, h, rows), c, r.params, folds[static_cast<size_t>(h)]);
+      }
+    }
   });
   SelectionInputs in;
   in.c = c;
@@ -131,6 +145,11 @@ SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool 
   }
   if (need_h2o) in.h2o = reduce_groups(acc, d.n_kv_head, r.params.gqa_reduce);
   in.file_kept = r.file_kept;
+  in.layer = r.layer;
+  in.n_layer = r.n_layer;
+  // defensivekv's value factor is the group mean of the L1 nu whatever --gqa-reduce says.
+  in.defensive = need_defensive ? defensive_combine(folds, nu, d.n_kv_head, c, r.params) : r.defensive;
+  in.layer_totals = r.layer_totals;
   return in;
 }
 
@@ -146,7 +165,8 @@ LayerResult analyze_layer(const LayerTensors& t, const LayerRequest& r, ThreadPo
   const int64_t c = r.c;
   if (c <= 0 || c > d.seq) fail<InputError>("bound: context end {} outside [1, {}]", c, d.seq);
   std::vector<MatrixD> attn;  // [n_head] of [n_query, max(eval_rows)+1]
-  SelectionInputs in = layer_inputs(t, r, uses(r.methods, MethodSpec::Kind::SnapKV),
+  const bool snap = std::any_of(r.methods.begin(), r.methods.end(), [](const MethodSpec& m) { return m.uses_snapkv(); });
+  SelectionInputs in = layer_inputs(t, r, snap,
                                     uses(r.methods, MethodSpec::Kind::H2O), pool, &attn);
   const auto n_query = static_cast<int64_t>(r.eval_rows.size());
 

@@ -12,6 +12,8 @@
 // evaluation query is its full causal softmax over [0, p]; the "attn" method ranks by its
 // mean over the evaluation queries.
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "analysis/perturbation.h"
@@ -36,10 +38,16 @@ struct LayerRequest {
   std::vector<int64_t> budgets;    // kept entries per KV head, each in [1, c]
   SelectionParams params;
   int64_t c = 0;                   // context end
+  int64_t layer = 0, n_layer = 0;  // the layer's depth (pyramidkv's budget)
   std::vector<int64_t> eval_rows;  // [n_query] evaluation query positions
   bool oracle = false;             // compute the greedy order when a method needs it
   int64_t oracle_max_n = 1024;     // skip the oracle (NaN metrics) when c is larger
   std::vector<std::vector<int64_t>> file_kept;  // [n_kv_head][*] for the "file" method
+  // Layer-global methods (MethodSpec::layer_global): budget -> this layer's total kept
+  // entries over its KV heads, from a pre-pass over all layers (layer_defensive_totals).
+  std::map<int64_t, int64_t> layer_totals;
+  // The layer's DefensiveKV scores when a pre-pass computed them already (else computed here).
+  std::shared_ptr<const DefensiveScores> defensive;
 };
 
 struct LayerResult {
@@ -57,7 +65,8 @@ struct LayerResult {
 // The evaluation rows of a prompt of n tokens whose context ends at c.
 std::vector<int64_t> evaluation_rows(int64_t c, int64_t n);
 
-// Scores of every leaf method (attn, snapkv, h2o, nu) for the layer. Throws InputError when
+// Scores of every leaf method (attn, snapkv, h2o, nu; defensivekv's when request.methods
+// use it) for the layer. Throws InputError when
 // the snapkv window is not shorter than the context. With a pool, heads run in parallel.
 SelectionInputs selection_inputs(const LayerTensors& t, const LayerRequest& request,
                                  bool need_snapkv, bool need_h2o, ThreadPool* pool = nullptr);

@@ -244,14 +244,18 @@ method_mask_source(const ModelConfig& config, const ModelWeights& weights, const
   check_lists(req.layers, req.kv_heads, config.n_layer, config.n_kv_head);
   if (plan == nullptr || plan->n_layer != config.n_layer || plan->c != req.c)
     fail<InputError>("method mask: the plan does not match the model");
-  bool needs_nu = false;
+  bool needs_nu = leaf == MethodSpec::Kind::DefensiveKV || leaf == MethodSpec::Kind::LayerDefensiveKV;
   for (const MethodSpec* m = &req.method; m != nullptr; m = m->base.get())
     needs_nu = needs_nu || m->kind == MethodSpec::Kind::CriticalKV;
+  if (req.method.layer_global())
+    for (int64_t l : req.layers)
+      if (!req.layer_totals.count(l))
+        fail<InputError>("--method {}: no layer allocation for layer {} (it needs the pre-pass)", req.method.name(), l);
   return [&config, &weights, req, plan, needs_nu](int64_t layer, const Tensor& q, const Tensor& k,
                                                   const Tensor& v, std::vector<AttentionMaskSpan>& spans) {
     if (std::find(req.layers.begin(), req.layers.end(), layer) == req.layers.end()) return;
     const Tensor& wo = weights.layers[static_cast<size_t>(layer)].wo;  // [d_model, n_head*d_head]
-    // Only criticalkv ranks by nu; for the others zeros stand in (selection_inputs reads
+    // Only criticalkv and defensivekv rank by nu; for the others zeros stand in (selection_inputs reads
     // it), which saves a [seq, d_model] product per head and layer.
     const ValueNorms nu = needs_nu ? value_norms(v, wo, config.n_head, {}, {.l1 = true, .l2 = false}, req.pool)
                                    : ValueNorms{.l1 = Tensor({config.n_head, k.dim(1)}), .l2 = {}};
@@ -262,9 +266,12 @@ method_mask_source(const ModelConfig& config, const ModelWeights& weights, const
     lr.params = req.params;
     lr.c = req.c;
     lr.eval_rows = req.eval_rows;
+    lr.layer = layer;
+    lr.n_layer = config.n_layer;
+    if (req.method.layer_global()) lr.layer_totals = {{req.budget, req.layer_totals.at(layer)}};
     const MethodSpec::Kind kind = req.method.leaf().kind;
     const SelectionInputs in =
-        selection_inputs(t, lr, kind == MethodSpec::Kind::SnapKV, kind == MethodSpec::Kind::H2O, req.pool);
+        selection_inputs(t, lr, req.method.uses_snapkv(), kind == MethodSpec::Kind::H2O, req.pool);
     const Selection sel = select(req.method, in, req.budget, req.params);
     const int64_t seq = k.dim(1);
     for (int64_t g : req.kv_heads) {

@@ -99,6 +99,9 @@ struct MethodMask {
   // forward pass's own pool is idle while the source runs, so a second pool of the same
   // size does not oversubscribe.
   ThreadPool* pool = nullptr;
+  // Layer-global methods (layer-defensivekv): layer -> its kept entries over its KV heads,
+  // from a pre-pass over all layers (layer_allocation.h: DefensiveCollector::totals).
+  std::map<int64_t, int64_t> layer_totals;
 };
 
 // Checks the request (InputError for a budget that keeps nothing or everything, a method

@@ -7,6 +7,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "analysis/defensivekv.h"
+#include "analysis/duoattention.h"
+#include "analysis/pyramidkv.h"
 #include "core/error.h"
 
 namespace ckv {
@@ -14,7 +17,8 @@ namespace ckv {
 namespace {
 
 constexpr const char* kKnownMethods =
-    "attn, snapkv, h2o, streaming, file, oracle, adakv(BASE), criticalkv(BASE)";
+    "attn, snapkv, h2o, streaming, file, oracle, defensivekv, layer-defensivekv, pyramidkv, "
+    "duoattention, adakv(BASE), criticalkv(BASE)";
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
@@ -121,7 +125,9 @@ MethodSpec MethodSpec::parse(std::string_view text) {
       fail<UsageError>("--methods: '{}': criticalkv must be the outermost method", s);
     if (spec.kind == Kind::AdaKV && base.kind == Kind::AdaKV)
       fail<UsageError>("--methods: '{}': adakv cannot wrap adakv", s);
-    if (base.leaf().kind == Kind::File || base.leaf().kind == Kind::Oracle)
+    if (base.leaf().kind == Kind::DefensiveKV || base.leaf().kind == Kind::LayerDefensiveKV)
+      fail<UsageError>("--methods: '{}': {} has its own stages and allocation", s, base.leaf().name());
+    if (base.leaf().kind == Kind::File || base.leaf().kind == Kind::Oracle || base.leaf().kind == Kind::DuoAttention)
       fail<UsageError>("--methods: '{}': {} has no scores to build on", s, base.leaf().name());
     spec.base = std::make_shared<const MethodSpec>(std::move(base));
     return spec;
@@ -132,6 +138,10 @@ MethodSpec MethodSpec::parse(std::string_view text) {
   else if (s == "streaming") spec.kind = Kind::Streaming;
   else if (s == "file") spec.kind = Kind::File;
   else if (s == "oracle") spec.kind = Kind::Oracle;
+  else if (s == "defensivekv") spec.kind = Kind::DefensiveKV;
+  else if (s == "layer-defensivekv") spec.kind = Kind::LayerDefensiveKV;
+  else if (s == "pyramidkv") spec.kind = Kind::PyramidKV;
+  else if (s == "duoattention") spec.kind = Kind::DuoAttention;
   else fail<UsageError>("--methods: unknown method '{}' (known: {})", s, kKnownMethods);
   return spec;
 }
@@ -144,6 +154,10 @@ std::string MethodSpec::name() const {
     case Kind::Streaming: return "streaming";
     case Kind::File: return "file";
     case Kind::Oracle: return "oracle";
+    case Kind::DefensiveKV: return "defensivekv";
+    case Kind::LayerDefensiveKV: return "layer-defensivekv";
+    case Kind::PyramidKV: return "pyramidkv";
+    case Kind::DuoAttention: return "duoattention";
     case Kind::AdaKV: return "adakv(" + base->name() + ")";
     case Kind::CriticalKV: return "criticalkv(" + base->name() + ")";
   }
@@ -234,7 +248,8 @@ ScoreMatrix leaf_scores(const MethodSpec& leaf, const SelectionInputs& in, int64
   using Kind = MethodSpec::Kind;
   switch (leaf.kind) {
     case Kind::Attn: check_scores(in.attn, in, "attn"); return in.attn;
-    case Kind::SnapKV: check_scores(in.snapkv, in, "snapkv"); return in.snapkv;
+    case Kind::SnapKV:
+    case Kind::PyramidKV: check_scores(in.snapkv, in, "snapkv"); return in.snapkv;
     case Kind::H2O: check_scores(in.h2o, in, "h2o"); return in.h2o;
     case Kind::Oracle: check_scores(in.oracle_rank, in, "oracle"); return in.oracle_rank;
     case Kind::Streaming: {
@@ -272,6 +287,22 @@ Selection select(const MethodSpec& method, const SelectionInputs& in, int64_t bu
       out.stage1[static_cast<size_t>(g)] = out.kept[static_cast<size_t>(g)];
     }
     return out;
+  }
+  if (method.kind == Kind::DefensiveKV || method.kind == Kind::LayerDefensiveKV) {
+    if (!in.defensive) fail<InputError>("selection: the {} scores are missing", method.name());
+    int64_t total = budget * h_count;
+    if (method.kind == Kind::LayerDefensiveKV) {
+      const auto it = in.layer_totals.find(budget);
+      if (it == in.layer_totals.end())
+        fail<InputError>("selection: layer-defensivekv has no layer allocation for budget {}", budget);
+      total = it->second;
+    }
+    return select_defensive(*in.defensive, budget, total);
+  }
+  if (method.kind == Kind::DuoAttention) return select_duo(in, budget, params);
+  if (method.leaf().kind == Kind::PyramidKV) {
+    if (in.n_layer <= 0) fail<InputError>("selection: pyramidkv needs the layer's depth");
+    budget = std::clamp<int64_t>(pyramid_budget(in.layer, in.n_layer, in.c, budget, params), 0, in.c);
   }
   const ScoreMatrix scores = leaf_scores(method.leaf(), in, budget, params);
   const bool critical = method.kind == Kind::CriticalKV;

@@ -17,6 +17,7 @@
 // the joint adakv choice); torch.topk leaves ties unspecified, so kvpress may differ only
 // where scores tie exactly.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -28,6 +29,10 @@ namespace ckv {
 
 enum class PoolKind { Max, Avg };
 enum class GqaReduce { Mean, Max };
+// DefensiveKV (defensivekv.h): the official code's reading of the window share and of the
+// value-norm normalisation, or the evident intent.
+enum class DefensiveShare { BeforeWindow, Window };
+enum class DefensiveNu { AcrossHeads, AcrossPositions };
 
 struct SelectionParams {
   int64_t window = 32;  // snapkv observation window (last `window` context queries)
@@ -39,6 +44,14 @@ struct SelectionParams {
   double eps = 1e-4;       // criticalkv stage-2 offset
   double alpha_safe = 0.2; // adakv safeguard share
   GqaReduce gqa_reduce = GqaReduce::Mean;
+  int64_t defensive_kernel = 5;  // defensivekv pooling kernel (avg), as the official press
+  DefensiveShare defensive_share = DefensiveShare::BeforeWindow;
+  DefensiveNu defensive_nu = DefensiveNu::AcrossHeads;
+  double pyramid_beta = 20;  // pyramidkv: the pyramid's steepness (kvpress PyramidKVPress.beta)
+  // duoattention (duoattention.h): head scores [n_layer][n_kv_head] from --duo-pattern, and
+  // what a streaming head keeps: the first duo_sink and the last duo_recent entries.
+  std::shared_ptr<const std::vector<std::vector<double>>> duo_pattern;
+  int64_t duo_sink = 128, duo_recent = 256;
 };
 
 // The largest snapkv pooling kernel accepted: a kernel wider than twice the context pools
@@ -51,9 +64,12 @@ inline constexpr int64_t kMaxKernel = 1023;
 // naming the flag.
 void validate_selection_params(const SelectionParams& params);
 
-// A method expression: attn, snapkv, h2o, streaming, file, oracle, adakv(X), criticalkv(X).
+// A method expression: attn, snapkv, h2o, streaming, file, oracle, adakv(X), criticalkv(X),
+// defensivekv, layer-defensivekv (their own stages and allocation: they compose with nothing),
+// pyramidkv (snapkv's scores with a per-layer budget, pyramidkv.h), duoattention (a head
+// pattern from a file, duoattention.h; no scores: composes with nothing).
 struct MethodSpec {
-  enum class Kind { Attn, SnapKV, H2O, Streaming, File, Oracle, AdaKV, CriticalKV };
+  enum class Kind { Attn, SnapKV, H2O, Streaming, File, Oracle, AdaKV, CriticalKV, DefensiveKV, LayerDefensiveKV, PyramidKV, DuoAttention };
   Kind kind = Kind::Attn;
   std::shared_ptr<const MethodSpec> base;  // set for AdaKV and CriticalKV
 
@@ -63,7 +79,13 @@ struct MethodSpec {
   bool is_leaf() const { return !base; }
   // The leaf method whose scores drive this one.
   const MethodSpec& leaf() const { return base ? base->leaf() : *this; }
+  // Its per-layer budgets come from all layers' scores (a pre-pass: layer_defensive_totals).
+  bool layer_global() const { return leaf().kind == Kind::LayerDefensiveKV; }
+  // Ranks by snapkv's scores (snapkv, pyramidkv).
+  bool uses_snapkv() const { return leaf().kind == Kind::SnapKV || leaf().kind == Kind::PyramidKV; }
 };
+
+struct DefensiveScores;
 
 // kvpress's compute_n_kept with compression_ratio = 1 - fraction: max(1, int(c * fraction)).
 int64_t budget_from_fraction(int64_t c, double fraction);
@@ -83,12 +105,15 @@ using ScoreMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen:
 struct SelectionInputs {
   int64_t c = 0;           // evictable entries
   int64_t n_kv_head = 0;
+  int64_t layer = 0, n_layer = 0;  // pyramidkv's budget depends on the layer's depth
   ScoreMatrix attn;        // [n_kv_head, c] mean attention of the evaluation queries
   ScoreMatrix snapkv;      // [n_kv_head, c]
   ScoreMatrix h2o;         // [n_kv_head, c]
   ScoreMatrix nu;          // [n_kv_head, c] group-reduced L1 nu (criticalkv stage 2)
   ScoreMatrix oracle_rank; // [n_kv_head, c] greedy pick order as a score (oracle.h); may be empty
   std::vector<std::vector<int64_t>> file_kept;  // [n_kv_head][*] for --selection-file
+  std::shared_ptr<const DefensiveScores> defensive;  // defensivekv, layer-defensivekv
+  std::map<int64_t, int64_t> layer_totals;  // layer-global methods: budget -> this layer's total
 };
 
 struct Selection {

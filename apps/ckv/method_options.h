@@ -1,0 +1,25 @@
+#pragma once
+// Selection-method flags shared by `ckv bound`, `ckv check` and `ckv mask` beyond snapkv's:
+// DefensiveKV's pooling kernel and its two readings (official code or evident intent,
+// docs/BOUND.md "DefensiveKV"), PyramidKV's beta.
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "analysis/selection.h"
+
+namespace ckv::app {
+
+struct MethodOptions {
+  std::string defensive_share = "before-window", defensive_nu = "heads";
+  std::string duo_pattern;  // --duo-pattern TSV
+};
+
+// Adds --defensive-kernel, --pyramid-beta, --duo-sink, --duo-recent (into params),
+// --defensive-share, --defensive-nu, --duo-pattern.
+void add_method_options(CLI::App& cmd, MethodOptions& o, SelectionParams& params);
+// Writes the parsed choices into params (reading the pattern file); throws InputError for
+// a bad kernel, beta, sink/recent or pattern file.
+void finish_method_options(const MethodOptions& o, SelectionParams& params);
+
+}  // namespace ckv::app
