@@ -433,14 +433,37 @@ def test_protocol_sweep_rows_match_file(outs):
             assert x["actual"] == pytest.approx(mm[ci, b, ..., ix("L1")][ok].mean())
             assert x["our"] == pytest.approx(mm[ci, b, ..., ix("theta_hat")][ok].mean())
             assert x["prev"] == pytest.approx(mm[bi_, b, ..., col][ok].mean())
-            below = np.mean(mm[bi_, b, ..., col][ok] < mm[bi_, b, ..., ix("theta_hat")][ok])
-            assert x["prev_below_our"] == pytest.approx(below)
             # MATH.md §3: theta_hat <= theta_rel at every query where S1 >= 1/2 (up to
             # rounding) for the valid readings; the others fall below it somewhere
             q = mq[bi_, b]                                     # [layer, head, query, metric]
             holds = q[..., ix("S1")] >= 0.5
             slack = (q[..., col] - q[..., ix("theta_hat")])[holds]
+            below = np.mean(slack < -1e-9 * q[..., ix("C")][holds])
+            assert x["prev_below_our"] == pytest.approx(below)
             if r["is_bound"]:
                 assert (slack >= -1e-6 * q[..., ix("C")][holds]).all(), r["nu_min"]
+                assert x["prev_below_our"] == 0
     md = P.to_markdown(rows, ("10%", "20%"))
     assert md.count("\n") == 2 + 1 + len(rows) and "paper, Llama-3.1-8B" in md
+
+
+def test_model_facts_match_file(outs):
+    """analysis.paper.model_facts: the sink's share of the smallest nu and Figure 6's
+    numbers, recomputed from the metric columns."""
+    from analysis import paper as P
+    mm, _, names = h5mean(outs / "bound.h5")
+    ix = names.index
+    f = open_ckv(outs / "bound.h5")
+    facts = P.model_facts(f, "20%")
+    for crit, base in f.base_pairs:
+        x = facts["pairs"][f"{crit} vs {base}"]
+        q = mm[f.method_index(base), 1]                                  # [layer, head, metric]
+        sink = q[..., ix("theta_rel_all")] > q[..., ix("theta_rel_no_sink")] + 1e-9 * q[..., ix("C")]
+        assert x["sink_is_nu_min"] == pytest.approx(sink.mean())
+        assert x["nu_min_over_C"] == pytest.approx(q[..., ix("nu_min_over_C")].mean())
+        lc, lb = mm[f.method_index(crit), :, ..., ix("L1")], mm[f.method_index(base), :, ..., ix("L1")]
+        for i, lab in enumerate(f.budget_labels):
+            v = x["figure6"][lab]
+            assert v["relative_reduction"] == pytest.approx(1 - lc[i].mean() / lb[i].mean())
+            assert v["head_means_lowered"] == pytest.approx(np.mean(lc[i] < lb[i]))
+    assert "Figure 6" in P.facts_markdown(facts)
