@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 
 # schema name -> the version this reader implements
-SUPPORTED = {"ckv.dump": 1, "ckv.bound": 1, "ckv.mask": 1}
+SUPPORTED = {"ckv.dump": 1, "ckv.bound": 2, "ckv.mask": 1}
 
 
 class SchemaError(Exception):
@@ -81,6 +81,9 @@ class BoundRecord:
     metrics: np.ndarray        # [method, budget, layer, head, query, metric]
     kept_count: np.ndarray     # [method, budget, layer, kv_head]
     eval_rows: np.ndarray = None   # [query] prompt positions of the evaluation queries
+    below_window: np.ndarray = None  # [budget] 1 where the budget is below the snapkv window
+    eval_token: int = -1           # --eval first-decode: the greedy token appended
+    question_start: int = 0        # the input's context end (context_end is the evictable end)
 
 
 @dataclass
@@ -112,6 +115,17 @@ class BoundFile(CkvFile):
             return [f"keep {keep}"]
         fr = [float(x) for x in str(self.settings.get("budgets", "")).split(",") if x.strip()]
         return [f"{100 * x:g}%" for x in fr]
+
+    @property
+    def protocol(self) -> str:
+        """The protocol settings for titles: eval, compress and nu_min reading."""
+        s = self.settings
+        return (f"eval {s.get('eval', 'question')}, compress {s.get('compress', 'context')}, "
+                f"nu_min {s.get('nu_min', 'all')}")
+
+    def below_window(self, budget_index: int) -> int:
+        """Records whose budget `budget_index` is below the snapkv window (docs/BOUND.md)."""
+        return int(sum(int(r.below_window[budget_index]) for r in self.records))
 
     def mean_metric(self, name: str) -> np.ndarray:
         """[method, budget, layer, head]: the mean over queries, then over records."""
@@ -194,7 +208,9 @@ def _read_bound(f, base: dict) -> BoundFile:
             id=rid, n=int(g.attrs["n"]), context_end=int(g.attrs["context_end"]),
             budgets=np.asarray(g.attrs["budgets"]), layers=np.asarray(g.attrs["layers"]),
             metrics_mean=g["metrics_mean"][()], metrics=g["metrics"][()],
-            kept_count=g["kept_count"][()], eval_rows=np.asarray(g.attrs["eval_rows"])))
+            kept_count=g["kept_count"][()], eval_rows=np.asarray(g.attrs["eval_rows"]),
+            below_window=np.asarray(g.attrs["below_window"]), eval_token=int(g.attrs["eval_token"]),
+            question_start=int(g.attrs["question_start"])))
     if not out.records:
         raise SchemaError(base["path"], "no complete record")
     return out

@@ -90,13 +90,18 @@ def _layer_head_axes(ax, layers, n_head):
 
 
 def reduction_heatmap(f: BoundFile, out_dir, method=None, budget=None, metric="L1") -> Figure:
-    """Figure 4: per head L(base) − L(criticalkv), mean over queries and records."""
+    """Figure 4: per head L(base) − L(criticalkv), mean over queries and records; the share
+    of heads whose mean is lowered (the paper's statistic) and, beside it, the share of
+    (record, layer, head) lowered."""
     crit, base = _crit_pair(f, method)
     bi = _budget_index(f, budget)
     L = f.mean_metric(metric)
     red = L[f.method_index(base), bi] - L[f.method_index(crit), bi]   # [layer, head]
     share = float(np.mean(red > 0))
     equal = float(np.mean(red == 0))
+    i = f.metric_index(metric)
+    per = np.stack([r.metrics_mean[:, bi, ..., i] for r in f.records])  # [rec, method, layer, head]
+    share_rec = float(np.mean(per[:, f.method_index(crit)] < per[:, f.method_index(base)]))
     fig, ax = plt.subplots(figsize=(5.2, 8.0))
     im = ax.imshow(red, cmap="RdBu", norm=_symlog(red), aspect="auto", interpolation="nearest")
     _layer_head_axes(ax, f.layers, red.shape[1])
@@ -104,10 +109,12 @@ def reduction_heatmap(f: BoundFile, out_dir, method=None, budget=None, metric="L
     cb.ax.minorticks_off()
     cb.set_label(f"{metric}(base) − {metric}(criticalkv), symlog   (> 0: criticalkv lower)")
     ax.set_title(f"{crit} vs {base}, budget {f.budget_labels[bi]}\n"
-                 f"{metric} lowered in {100 * share:.1f}% of heads (equal in {100 * equal:.1f}%)\n"
-                 f"{_header(f)}\n{metric} norm of Δo, mean over {_queries(f)}", fontsize=8.5)
+                 f"{metric} lowered in {100 * share:.1f}% of heads (equal in {100 * equal:.1f}%);\n"
+                 f"per record: {100 * share_rec:.1f}% of (record, layer, head)\n"
+                 f"{_header(f)}\n{f.protocol}; {metric} norm of Δo, mean over {_queries(f)}", fontsize=8)
     name = f"reduction_heatmap_{_slug(crit)}_{_slug(f.budget_labels[bi])}"
-    return Figure(name, fig, _save(fig, out_dir, name), {"reduction": red, "share": share},
+    return Figure(name, fig, _save(fig, out_dir, name),
+                  {"reduction": red, "share": share, "share_per_record": share_rec},
                   [im], f.command_line,
                   f"Per-head perturbation reduction {metric}({base}) − {metric}({crit}) at budget "
                   f"{f.budget_labels[bi]}; {100 * share:.1f}% of heads improved.")
@@ -147,17 +154,17 @@ def assumption_heatmap(f: BoundFile, out_dir, alpha_index=0) -> Figure:
 
 def tightness_per_layer(f: BoundFile, method=None):
     """[budget, layer] arrays: actual L (criticalkv), theta_hat (criticalkv) and theta_rel
-    (base), the bounds averaged over the heads where S1 ≥ 1/2 (NaN if none), as Table 9."""
+    (base), all three over one population as Table 9: the heads where both methods'
+    S1 ≥ 1/2 (NaN where none); `heads` is their count."""
     crit, base = _crit_pair(f, method)
     ci, bi_ = f.method_index(crit), f.method_index(base)
     ix = f.metric_index
     mm = np.stack([r.metrics_mean for r in f.records])   # [rec, method, budget, layer, head, metric]
-    L = mm[:, ci, ..., ix("L1")].mean(axis=(0, 3))
-    out = {"actual": L}
-    for key, m, metric in (("theta_hat", ci, "theta_hat"), ("theta_rel", bi_, "theta_rel")):
-        ok = mm[:, m, ..., ix("S1")] >= 0.5
+    ok = (mm[:, ci, ..., ix("S1")] >= 0.5) & (mm[:, bi_, ..., ix("S1")] >= 0.5)  # [rec, budget, layer, head]
+    cnt = ok.sum(axis=(0, 3))
+    out = {"heads": cnt}
+    for key, m, metric in (("actual", ci, "L1"), ("theta_hat", ci, "theta_hat"), ("theta_rel", bi_, "theta_rel")):
         val = np.where(ok, mm[:, m, ..., ix(metric)], 0.0).sum(axis=(0, 3))
-        cnt = ok.sum(axis=(0, 3))
         with np.errstate(invalid="ignore", divide="ignore"):
             out[key] = np.where(cnt > 0, val / np.maximum(cnt, 1), np.nan)
     return crit, base, out
@@ -181,15 +188,15 @@ def tightness(f: BoundFile, out_dir, method=None) -> Figure:
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("L1 perturbation / bound")
     h, l = axes[0, 0].get_legend_handles_labels()
-    fig.suptitle(f"Bound tightness per layer (Table 9): {crit} vs {base}\n{_header(f)}; L1, mean "
-                 f"over {_queries(f)} and heads\nactual: all heads; bounds: heads with S1 ≥ 1/2 "
+    fig.suptitle(f"Bound tightness per layer (Table 9): {crit} vs {base}\n{_header(f)}; {f.protocol}; "
+                 f"L1, mean over {_queries(f)}\nand over the heads where both methods' S1 ≥ 1/2 "
                  f"(gaps where none)", fontsize=9)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.legend(h, l, loc="lower center", ncol=3, fontsize=8, frameon=False)
     name = f"tightness_{_slug(crit)}"
     return Figure(name, fig, _save(fig, out_dir, name), arr, [], f.command_line,
-                  f"Actual L1 of {crit} (all heads), its bound θ̂ and the attention-only bound θ_rel of "
-                  f"{base} (heads with S1 ≥ 1/2), per layer and budget.")
+                  f"Actual L1 of {crit}, its bound θ̂ and the attention-only bound θ_rel of "
+                  f"{base}, over the heads where both S1 ≥ 1/2, per layer and budget.")
 
 
 def reduction_vs_budget(f: BoundFile, out_dir, metric="L1") -> Figure:
@@ -203,8 +210,12 @@ def reduction_vs_budget(f: BoundFile, out_dir, metric="L1") -> Figure:
     for crit, base in f.base_pairs:
         lc, lb = L[f.method_index(crit)], L[f.method_index(base)]
         rel = 100 * (1 - lc.mean(axis=(1, 2)) / lb.mean(axis=(1, 2)))
-        share = 100 * np.mean(lb > lc, axis=(1, 2))
-        arrays[base] = {"relative_reduction_pct": rel, "share_improved_pct": share}
+        share = 100 * np.mean(lb > lc, axis=(1, 2))   # heads' means over records: the paper's
+        i = f.metric_index(metric)
+        per = np.stack([r.metrics_mean[..., i] for r in f.records])   # [rec, method, budget, layer, head]
+        per_rec = 100 * np.mean(per[:, f.method_index(crit)] < per[:, f.method_index(base)], axis=(0, 2, 3))
+        arrays[base] = {"relative_reduction_pct": rel, "share_improved_pct": share,
+                        "share_improved_per_record_pct": per_rec}
         a1.plot(x, rel, "o-", label=f"base {base}")
         a2.plot(x, share, "o-", label=f"base {base}")
     for ax in (a1, a2):
@@ -214,7 +225,7 @@ def reduction_vs_budget(f: BoundFile, out_dir, metric="L1") -> Figure:
         ax.grid(alpha=0.3)
     a1.axhline(0, color="k", lw=0.8)
     a1.set_ylabel(f"{metric} reduction by criticalkv (%)\n1 − mean L(crit) / mean L(base)")
-    a2.set_ylabel("heads with L(crit) < L(base) (%)")
+    a2.set_ylabel("heads whose mean L(crit) < L(base) (%)")
     a2.set_ylim(0, 100)
     a1.legend(fontsize=8)
     fig.suptitle(f"Reduction against budget (Figure 6)\n{_header(f)}; {metric}, mean over "

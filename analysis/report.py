@@ -65,8 +65,11 @@ def write_report(out_dir, bound=None, check=None, mask=None, dump=None, attn=Non
             for crit, base in f.base_pairs:
                 _, _, rows = T.table9(f, crit)
                 lines += [f"### Table 9: {crit} vs {base}", "",
-                          "Actual L1 of the criticalkv method over all heads; bounds averaged "
-                          "over heads with S1 ≥ 1/2; Ratio = Our/Prev.", "",
+                          f"Protocol: {f.protocol}. Actual L1, Our and Prev. bound over one "
+                          "population: the heads where both methods' S1 ≥ 1/2 (`Heads`); "
+                          "Ratio = Our/Prev; L < base: the share of heads whose mean L over "
+                          "records is lower (the paper's Figure 4), then per record; * budget "
+                          "below the snapkv window.", "",
                           T.to_markdown(rows)]
                 fig = F.reduction_heatmap(f, fig_dir, crit)
                 _figure(fig, out_dir, lines)

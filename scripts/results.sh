@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Reproduces every number of docs/RESULTS.md: `ckv bound` and `ckv check` with the
-# default model (SmolLM2-135M-Instruct Q4_1) on the five texts of data/texts/, budgets
-# 2.5%-40%, in the paper's snapkv setting (window 32, max pool 7) and kvpress's
-# (64, avg 5), then prints the Table 9 / Figure 4 / Figure 6 / Figure 8 tables.
+# The question-token protocol (--eval question --compress context, the defaults): `ckv
+# bound` and `ckv check` with the default model (SmolLM2-135M-Instruct Q4_1) on the five
+# texts of data/texts/ with a factual question each, budgets 2.5%-40%, in the paper's
+# snapkv setting (window 32, max pool 7) and kvpress's (64, avg 5), then prints the
+# Table 9 / Figure 4 / Figure 6 / Figure 8 tables. docs/RESULTS.md is written from
+# scripts/reproduce_paper.sh (the paper's protocol and the sweep of every choice).
 #
 #   scripts/results.sh                   # CKV=build/ckv OUT=out/results THREADS=2
 #   CKV=other-build/ckv OUT=somewhere scripts/results.sh

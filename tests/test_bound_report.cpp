@@ -11,6 +11,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -25,9 +26,11 @@ namespace fs = std::filesystem;
 
 const std::string kMethods = "'snapkv,criticalkv(snapkv),adakv(snapkv),criticalkv(adakv(snapkv))'";
 
-// Head counts of one (criticalkv method, budget), or of all budgets.
+// Head counts of one (criticalkv method, budget), or of all budgets; `means_*` count the
+// (layer, head) by their mean L over records (Figure 4 as the paper takes it).
 struct Counts {
   int64_t lower = 0, tied = 0, lower_untied = 0, total = 0;
+  int64_t means_lower = 0, means_total = 0;
 };
 
 double ratio(int64_t k, int64_t n) { return n ? static_cast<double>(k) / static_cast<double>(n) : NAN; }
@@ -42,6 +45,8 @@ Expected count_from_file(const fs::path& h5) {
   const std::vector<std::string> methods = f.attr_strings("methods"), metrics = f.attr_strings("metrics");
   const auto l1 = std::find(metrics.begin(), metrics.end(), "L1") - metrics.begin();
   Expected out;
+  // (method, budget, layer, head) -> L summed over records, of criticalkv and of its base.
+  std::map<std::tuple<std::string, int64_t, int64_t, int64_t>, std::pair<double, double>> sums;
   for (const std::string& id : f.open_group("records").children()) {
     const h5::Group g = f.open_group("records/" + id);
     const h5::Dataset mean_ds = g.open_dataset("metrics_mean"), mask_ds = g.open_dataset("kept_mask");
@@ -69,12 +74,19 @@ Expected count_from_file(const fs::path& h5) {
         for (int64_t l = 0; l < nl; ++l)
           for (int64_t h = 0; h < nh; ++h) {
             const bool lower = L(m, b, l, h) < L(base, b, l, h);
+            auto& sum = sums[{name, b, l, h}];
+            sum.first += L(m, b, l, h), sum.second += L(base, b, l, h);
             const bool tied = kept(m, b, l, h / (nh / ng)) == kept(base, b, l, h / (nh / ng));
             for (Counts* x : {&counts[static_cast<size_t>(b)], &counts.back()}) {
               x->lower += lower, x->tied += tied, x->lower_untied += lower && !tied, ++x->total;
             }
           }
     }
+  }
+  for (const auto& [key, sum] : sums) {
+    std::vector<Counts>& counts = out[std::get<0>(key)];
+    for (Counts* x : {&counts[static_cast<size_t>(std::get<1>(key))], &counts.back()})
+      x->means_lower += sum.first < sum.second, ++x->means_total;
   }
   return out;
 }
@@ -94,6 +106,7 @@ void expect_counts(const nlohmann::json& j, const Counts& c, const std::string& 
   expect_share(j, "fraction_heads_L_below_base", ratio(c.lower, c.total), where);
   expect_share(j, "fraction_heads_tied", ratio(c.tied, c.total), where);
   expect_share(j, "fraction_heads_L_below_base_non_tied", ratio(c.lower_untied, c.total - c.tied), where);
+  expect_share(j, "fraction_head_means_L_below_base", ratio(c.means_lower, c.means_total), where);
 }
 
 // Checks every table9 entry of PREFIX.json against PREFIX.h5; returns the expected counts.
@@ -171,6 +184,8 @@ TEST_F(BoundReport, SharesAndMeanKeptOverRecordsOfDifferentLengths) {
   for (const auto& [name, counts] : want) {
     EXPECT_GT(counts.back().tied, 0) << name;
     EXPECT_LT(counts.back().tied, counts.back().total) << name;
+    // Three records: the head means are a third as many as the (record, layer, head).
+    EXPECT_EQ(3 * counts.back().means_total, counts.back().total) << name;
   }
 
   // kvpress compute_n_kept: int(c * (1 - compression_ratio)), compression_ratio = 1 - fraction.
@@ -204,7 +219,8 @@ TEST_F(BoundReport, SharesAndMeanKeptOverRecordsOfDifferentLengths) {
       EXPECT_NEAR(row.at("mean_kept").get<double>(), mean_kept[b], 1e-12);
     }
   EXPECT_NE(r.output.find("    budget mean kept "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(fmt::format("       10% {:>9.1f} ", mean_kept[0])), std::string::npos) << r.output;
+  // 10% keeps 2-3 entries, below the 4-entry window: marked "*".
+  EXPECT_NE(r.output.find(fmt::format("{:>10} {:>9.1f} ", "10%*", mean_kept[0])), std::string::npos) << r.output;
 
   // `ckv check` labels its budgets the same way.
   const test::RunResult c = test::run_ckv(fmt::format("check {} --alpha 0.5 -o {}", common, (dir_ / "check").string()));

@@ -162,6 +162,7 @@ class AnalysisRecorder : public Recorder {
       r.eval_rows = rec_.eval_rows;
       r.oracle = b.oracle;
       r.oracle_max_n = b.oracle_max_n;
+      r.nu_min = b.nu_min;
       if (auto it = files_[bi].find(layer); it != files_[bi].end()) {
         check_selection(b.selection_file, layer, it->second, rec_.c, fmt::format("record \"{}\"", rec_.id));
         r.file_kept = it->second;
@@ -195,17 +196,36 @@ class AnalysisRecorder : public Recorder {
   const Collectors* collectors_;
 };
 
-BoundRecord prepare(const AnalysisOptions& o, const std::string& id, int64_t n, int64_t c) {
+// A record of a prompt of n tokens whose context ends at context_end, under the protocol
+// (docs/BOUND.md "Protocol"): with --compress prompt the whole prompt is evictable (c = n),
+// else the context; with --eval first-decode the greedy next token `decoded` (>= 0) is
+// appended at position n and is the only evaluation query.
+BoundRecord prepare(const AnalysisOptions& o, const std::string& id, int64_t n, int64_t context_end,
+                    int64_t decoded = -1) {
   BoundRecord rec;
   rec.id = id;
-  rec.n = n;
-  rec.c = c;
+  rec.question_start = context_end;
+  rec.c = o.compress == "prompt" ? n : context_end;
+  rec.n = decoded >= 0 ? n + 1 : n;
+  rec.eval_token = decoded;
+  const int64_t c = rec.c;
   const std::string name = fmt::format("record \"{}\"", id);
   if (o.params.window >= c)
     fail<InputError>("{}: --window {} is not shorter than the context of {} tokens", name, o.params.window, c);
   rec.budgets = resolve_budgets(o, c, name);
-  rec.eval_rows = evaluation_rows(c, n);
+  if (o.eval == "first-decode") rec.eval_rows = {n};
+  else if (o.eval == "last") rec.eval_rows = {n - 1};
+  else rec.eval_rows = evaluation_rows(context_end, n);
+  for (int64_t b : rec.budgets) rec.below_window.push_back(b < o.params.window ? 1 : 0);
   return rec;
+}
+
+// The greedy next token after the prompt (--eval first-decode): argmax of the last row's
+// logits, the lower id on a tie.
+int32_t greedy_next_token(Forward& forward, const std::vector<int32_t>& tokens) {
+  const ForwardResult res = forward.run(tokens, {});
+  const std::span<const float> row = res.logits.span();  // [1, vocab]
+  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
 }  // namespace
@@ -213,6 +233,8 @@ BoundRecord prepare(const AnalysisOptions& o, const std::string& id, int64_t n, 
 void add_analysis_options(CLI::App& cmd, AnalysisOptions& o) {
   add_prompt_options(cmd, o.input);
   cmd.add_option("--question", o.question, "Question appended to --prompt/--prompt-file (its tokens are the evaluation queries)");
+  cmd.add_option("--context-end", o.context_end, "With --tokens: positions >= C are the question (default: none)")
+      ->needs(cmd.get_option("--tokens"));
   auto* input = cmd.add_option("-i,--input", o.input_jsonl, "JSONL batch: {id, context, question} per line");
   auto* dump = cmd.add_option("--dump", o.dump, "Analyse a `ckv dump` file (needs q,k,v of all heads; --model must be the dump's model)");
   for (const char* other : {"--prompt", "--prompt-file", "--tokens"}) {
@@ -235,6 +257,18 @@ void add_analysis_options(CLI::App& cmd, AnalysisOptions& o) {
   cmd.add_option("--alpha-safe", o.params.alpha_safe, "adakv: share of the budget every head keeps")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   add_method_options(cmd, o.method, o.params);
   cmd.add_option("--gqa-reduce", o.gqa_reduce, "Reduction of a KV head's query-head scores and nu")->check(CLI::IsMember({"mean", "max"}))->capture_default_str();
+  cmd.add_option("--eval", o.eval,
+                 "Evaluation query: question (the question's tokens, or the last token without one), "
+                 "last (the prompt's last token) or first-decode (the greedy next token, appended: the paper's)")
+      ->check(CLI::IsMember({"question", "last", "first-decode"}))->capture_default_str();
+  cmd.add_option("--compress", o.compress,
+                 "Evictable entries: context (the question is never evicted, kvpress's pipeline) or prompt "
+                 "(the whole prompt, the question inside the snapkv window: the paper's code)")
+      ->check(CLI::IsMember({"context", "prompt"}))->capture_default_str();
+  cmd.add_option("--nu-min", o.nu_min,
+                 "theta_rel's nu_min over: all keys (Theorem C.1, a bound), no-sink (all but position 0), "
+                 "stage2 (the stage-2 candidates; not a bound) or stage2-partial (stage 2 relaxed only, a bound)")
+      ->check(CLI::IsMember({"all", "no-sink", "stage2", "stage2-partial"}))->capture_default_str();
   cmd.add_option("-o,--out", o.out, "Output prefix: PREFIX.h5, PREFIX.csv, PREFIX.json")->capture_default_str();
   cmd.add_option("--shard", o.shard,
                  "Only records with index % N == i (i/N) of --input; default: SLURM_ARRAY_TASK_ID/COUNT when set");
@@ -249,6 +283,16 @@ void finish_options(AnalysisOptions& o) {
   o.params.pool = o.pool == "avg" ? PoolKind::Avg : PoolKind::Max;
   o.params.gqa_reduce = o.gqa_reduce == "max" ? GqaReduce::Max : GqaReduce::Mean;
   finish_method_options(o.method, o.params);
+  o.nu_min_reading = parse_nu_min_reading(o.nu_min);
+  if (o.compress == "prompt" && o.eval == "question")
+    fail<UsageError>("--compress prompt: the question is evictable, so it cannot hold the evaluation queries; "
+                     "use --eval first-decode or --eval last");
+  if (o.eval == "first-decode" && !o.dump.empty())
+    fail<UsageError>("--eval first-decode: a dump holds no next token; run the model (--input, --prompt, --tokens)");
+}
+
+nlohmann::json protocol_settings(const AnalysisOptions& o) {
+  return {{"eval", o.eval}, {"compress", o.compress}, {"nu_min", o.nu_min}};
 }
 
 std::vector<int64_t> resolve_budgets(const AnalysisOptions& o, int64_t c, const std::string& record) {
@@ -361,10 +405,19 @@ int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std
   }
 
   Forward forward(model, {.threads = g.resolved_threads()});
-  auto run_one = [&](const std::string& id, int64_t index, const std::vector<int32_t>& tokens, int64_t c) {
-    BoundRecord rec = prepare(o, id, static_cast<int64_t>(tokens.size()), c);
+  auto run_one = [&](const std::string& id, int64_t index, const std::vector<int32_t>& prompt, int64_t c) {
+    std::vector<int32_t> tokens = prompt;
+    int64_t decoded = -1;
+    if (o.eval == "first-decode") {
+      if (model.config.context_length > 0 && static_cast<int64_t>(prompt.size()) >= model.config.context_length)
+        fail<InputError>("record \"{}\": --eval first-decode: no room for a next token after {} tokens", id,
+                         prompt.size());
+      decoded = greedy_next_token(forward, prompt);
+      tokens.push_back(static_cast<int32_t>(decoded));
+    }
+    BoundRecord rec = prepare(o, id, static_cast<int64_t>(prompt.size()), c, decoded);
     rec.index = index;
-    Collectors collectors = make_collectors(model, blocks, c, pool);
+    Collectors collectors = make_collectors(model, blocks, rec.c, pool);
     if (std::any_of(blocks.begin(), blocks.end(), layer_global)) {
       // Layer-global methods share the budget among all the model's layers: a pre-pass over
       // the context (its rows are all the scores read) collects every layer's scores.
@@ -373,7 +426,7 @@ int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std
       for (int64_t l = 0; l < model.config.n_layer; ++l) pre.record.layers.push_back(l);
       pre.record.qkv = true;
       pre.recorder = &fan;
-      forward.run(std::vector<int32_t>(tokens.begin(), tokens.begin() + c), pre);
+      forward.run(std::vector<int32_t>(tokens.begin(), tokens.begin() + rec.c), pre);
     }
     AnalysisRecorder rc(model, blocks, rec, pool, files, &collectors);
     ForwardRequest req;
@@ -411,7 +464,10 @@ int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std
     return 0;
   }
   const std::vector<int32_t> tokens = prompt_tokens(o.input, model, kBuiltinContext);
-  run_one("0", 0, tokens, static_cast<int64_t>(tokens.size()));
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (o.context_end == 0 || o.context_end > n)
+    fail<InputError>("--context-end {}: outside [1, {}] (the prompt's tokens)", o.context_end, n);
+  run_one("0", 0, tokens, o.context_end > 0 ? o.context_end : n);
   return 0;
 }
 
@@ -450,8 +506,9 @@ void run_bound_job(const AnalysisOptions& o, const GlobalOptions& g, const std::
     file->write_record(rec);
     ++written;
     if (!g.quiet)
-      fmt::print(stderr, "record \"{}\": {} tokens, context {}, {} evaluation queries\n", rec.id, rec.n, rec.c,
-                 rec.eval_rows.size());
+      fmt::print(stderr, "record \"{}\": {} tokens, context {}, {} evaluation queries{}\n", rec.id, rec.n,
+                 rec.question_start, rec.eval_rows.size(),
+                 rec.eval_token >= 0 ? fmt::format(" (first decoded token {})", rec.eval_token) : "");
   };
   int64_t skipped = 0;
   try {
@@ -467,7 +524,7 @@ void run_bound_job(const AnalysisOptions& o, const GlobalOptions& g, const std::
   }
   file->close();
   write_bound_summaries(h5_out->partial_path(), csv_out->partial_path(), json_out->partial_path(), o.out,
-                        job.max_list);
+                        job.max_list, g.quiet);
   h5_out->commit();
   csv_out->commit();
   json_out->commit();

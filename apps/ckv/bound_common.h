@@ -22,6 +22,7 @@ namespace ckv::app {
 struct AnalysisOptions {
   PromptOptions input;
   std::string question;        // --question, with --prompt/--prompt-file
+  int64_t context_end = -1;    // --context-end C, with --tokens: positions >= C are the question
   std::string input_jsonl;     // --input
   std::string dump;            // --dump FILE.h5
   std::string budgets = "0.025,0.05,0.1,0.2,0.4";
@@ -34,7 +35,15 @@ struct AnalysisOptions {
   std::string out = "bound";   // output prefix: <out>.h5, <out>.csv, <out>.json
   std::string shard;           // --shard i/N; empty: Slurm array variables, else 0/1
   bool force = false, resume = false;
+  // The protocol (docs/BOUND.md "Protocol"): evaluation query, evictable span, nu_min.
+  std::string eval = "question";     // question | last | first-decode
+  std::string compress = "context";  // context | prompt
+  std::string nu_min = "all";        // all | no-sink | stage2 | stage2-partial
+  NuMinReading nu_min_reading = NuMinReading::All;
 };
+
+// The protocol settings as they go into every output's settings JSON.
+nlohmann::json protocol_settings(const AnalysisOptions& o);
 
 void add_analysis_options(CLI::App& cmd, AnalysisOptions& o);
 
@@ -52,6 +61,7 @@ struct AnalysisBlock {
   bool oracle = false;
   int64_t oracle_max_n = 512;
   std::string selection_file;
+  NuMinReading nu_min = NuMinReading::All;
 };
 
 // What a bound file of `ckv bound` or `ckv check` is: the root attributes that differ.

@@ -4,6 +4,7 @@
 #include "bound_report.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -24,6 +25,13 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
+// The console summary; silent under `ckv -q` (write_bound_summaries sets it for its call).
+bool g_console = true;
+template <typename... Args>
+void say(fmt::format_string<Args...> f, Args&&... args) {
+  if (g_console) fmt::print(f, std::forward<Args>(args)...);
+}
+
 double share(int64_t k, int64_t n) { return n ? static_cast<double>(k) / static_cast<double>(n) : kNaN; }
 
 // The budget axis of a run: each budget as given (a fraction, or --keep N) and its kept
@@ -32,10 +40,20 @@ class BudgetAxis {
  public:
   explicit BudgetAxis(std::vector<double> fractions) : fractions_(std::move(fractions)) {}
   void add(const BoundRecord& rec) {
-    if (kept_sum_.empty()) kept_sum_.assign(rec.budgets.size(), 0.0);
-    for (size_t b = 0; b < kept_sum_.size(); ++b) kept_sum_[b] += static_cast<double>(rec.budgets.at(b));
+    if (kept_sum_.empty()) kept_sum_.assign(rec.budgets.size(), 0.0), below_.assign(rec.budgets.size(), 0);
+    for (size_t b = 0; b < kept_sum_.size(); ++b) {
+      kept_sum_[b] += static_cast<double>(rec.budgets.at(b));
+      below_[b] += rec.below_window.at(b);
+    }
     ++records_;
   }
+  // Records whose budget b is below the snapkv window (the kept window entries are then the
+  // most recent ones; docs/BOUND.md): marked "*" on the console.
+  int64_t below_window(int64_t b) const { return below_[static_cast<size_t>(b)]; }
+  bool any_below_window() const {
+    return std::any_of(below_.begin(), below_.end(), [](int64_t x) { return x > 0; });
+  }
+  std::string marked_label(int64_t b) const { return label(b) + (below_window(b) ? "*" : ""); }
   int64_t size() const { return static_cast<int64_t>(kept_sum_.size()); }
   double mean_kept(int64_t b) const { return kept_sum_[static_cast<size_t>(b)] / static_cast<double>(records_); }
   // Kept counts can differ between records: fractions over more than one record.
@@ -55,6 +73,7 @@ class BudgetAxis {
  private:
   std::vector<double> fractions_;  // empty with --keep
   std::vector<double> kept_sum_;   // [budget] sum over records
+  std::vector<int64_t> below_;     // [budget] records below the window
   int64_t records_ = 0;
 };
 
@@ -112,12 +131,18 @@ struct KeptStats {
   int64_t heads = 0;
 };
 
+// One (record, layer, query head): its model layer and head, and its query-mean metrics.
+struct HeadRow {
+  int64_t layer = 0, head = 0;
+  MetricRow m{};
+};
+
 struct Collected {
   std::vector<MethodSpec> methods;
   std::vector<Comparison> pairs;
   BudgetAxis budgets;
-  // (method, budget) -> (layer, query-mean metrics) of every (record, layer, head), in order.
-  std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<int64_t, MetricRow>>> rows;
+  // (method, budget) -> the query-mean metrics of every (record, layer, head), in order.
+  std::map<std::pair<int64_t, int64_t>, std::vector<HeadRow>> rows;
   // (comparison, budget) -> whether each head, in the order of `rows`, is tied with the base.
   std::map<std::pair<size_t, int64_t>, std::vector<uint8_t>> tied;
   std::map<std::pair<int64_t, int64_t>, KeptStats> kept;
@@ -133,7 +158,7 @@ void collect(Collected& col, const BoundRecord& rec, int64_t window, int64_t sin
     };
     for (int64_t b = 0; b < r.n_budget; ++b) {
       for (int64_t m = 0; m < r.n_method; ++m) {
-        for (int64_t h = 0; h < r.n_head; ++h) col.rows[{m, b}].push_back({rec.layer_ids[l], query_mean(r, m, b, h)});
+        for (int64_t h = 0; h < r.n_head; ++h) col.rows[{m, b}].push_back({rec.layer_ids[l], h, query_mean(r, m, b, h)});
         KeptStats& k = col.kept[{m, b}];
         for (int64_t g = 0; g < r.n_kv_head; ++g) {
           const int64_t mbg = (m * r.n_budget + b) * r.n_kv_head + g;
@@ -158,34 +183,56 @@ void collect(Collected& col, const BoundRecord& rec, int64_t window, int64_t sin
   }
 }
 
-// Mean of a metric; with `assumption`, only over heads whose stage-1 mass S1 >= 1/2
-// (Assumption 3.4), where theta_hat and theta_rel are bounds at all.
-double mean_of(const std::vector<std::pair<int64_t, MetricRow>>& rows, int metric, bool assumption = false) {
+// Mean of a metric over all heads, or over the heads `in` marks.
+double mean_of(const std::vector<HeadRow>& rows, int metric, const std::vector<char>* in = nullptr) {
   double s = 0;
   int64_t n = 0;
-  for (const auto& [l, r] : rows)
-    if (std::isfinite(r[static_cast<size_t>(metric)]) && (!assumption || r[kStage1Mass] >= 0.5))
-      s += r[static_cast<size_t>(metric)], ++n;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const double x = rows[i].m[static_cast<size_t>(metric)];
+    if (std::isfinite(x) && (!in || (*in)[i])) s += x, ++n;
+  }
   return n ? s / static_cast<double>(n) : kNaN;
 }
 
-void print_figure4(const std::string& crit, const std::string& base, const HeadCount& all,
+// Figure 4's statistic as the paper takes it: each (layer, head)'s L averaged over records,
+// criticalkv's mean against the base's. A head is tied when its KV head keeps the base's
+// entries in every record.
+struct HeadMeans {
+  std::map<std::pair<int64_t, int64_t>, std::array<double, 2>> sum;  // (layer, head) -> L sums (crit, base)
+  std::map<std::pair<int64_t, int64_t>, bool> tied;
+  void add(const HeadRow& crit, const HeadRow& base, bool is_tied) {
+    auto& s = sum[{crit.layer, crit.head}];
+    s[0] += crit.m[kL1], s[1] += base.m[kL1];
+    auto [it, fresh] = tied.emplace(std::pair{crit.layer, crit.head}, is_tied);
+    if (!fresh) it->second = it->second && is_tied;
+  }
+  HeadCount count() const {
+    HeadCount c;
+    for (const auto& [key, s] : sum) c.add(s[0] < s[1], tied.at(key));
+    return c;
+  }
+};
+
+void print_figure4(const std::string& crit, const std::string& base, const HeadCount& means, const HeadCount& all,
                    const std::map<int64_t, HeadCount>& per_layer) {
-  fmt::print("Figure 4 statistic: {} lowers L below {} in {:.1f}% of heads ({} of {}, all budgets);\n"
-             "  tied (same kept entries) {:.1f}% ({}); among the {} heads not tied, lower in {:.1f}% ({})\n",
-             crit, base, 100 * all.lower_share(), all.lower, all.total, 100 * all.tied_share(), all.tied,
-             all.total - all.tied, 100 * all.lower_untied_share(), all.lower_untied);
-  fmt::print("per layer (L below {}, ties counted as not lower):", base);
+  say("Figure 4 statistic (each head's mean L over records, as the paper): {} lowers L below {} in {:.1f}% "
+      "of heads ({} of {} heads x budgets);\n"
+      "  per (record, layer, head): lower in {:.1f}% ({} of {}), tied (same kept entries) {:.1f}% ({}); "
+      "among the {} not tied, lower in {:.1f}% ({})\n",
+      crit, base, 100 * means.lower_share(), means.lower, means.total, 100 * all.lower_share(), all.lower, all.total,
+      100 * all.tied_share(), all.tied, all.total - all.tied, 100 * all.lower_untied_share(), all.lower_untied);
+  say("per layer (per record, L below {}, ties counted as not lower):", base);
   int n = 0;
   for (const auto& [l, c] : per_layer)
-    fmt::print("{} L{}={:.0f}%", n++ % 10 == 0 ? "\n " : "", l, 100 * c.lower_share());
-  fmt::print("\n");
+    say("{} L{}={:.0f}%", n++ % 10 == 0 ? "\n " : "", l, 100 * c.lower_share());
+  say("\n");
 }
 
-nlohmann::ordered_json report(const Collected& col) {
+nlohmann::ordered_json report(const Collected& col, const nlohmann::json& settings) {
   const std::vector<MethodSpec>& methods = col.methods;
   nlohmann::ordered_json summary;
   const BudgetAxis& axis = col.budgets;
+  const std::string reading = settings.value("nu_min", std::string("all"));
   for (size_t p = 0; p < col.pairs.size(); ++p) {
     const Comparison& cmp = col.pairs[p];
     const std::string crit = methods[static_cast<size_t>(cmp.crit)].name();
@@ -193,66 +240,92 @@ nlohmann::ordered_json report(const Collected& col) {
     nlohmann::ordered_json entry;
     entry["method"] = crit;
     entry["base"] = cmp.base_name;
-    fmt::print("\nTable 9 layout: {} (Actual, Our bound theta_hat) vs {} (Prev. bound theta_rel)\n", crit,
-               has_base ? cmp.base_name : "(no attention-only method given)");
-    fmt::print("mean over records x layers x heads (each the mean over evaluation queries), L1;\n"
-               "bounds averaged over the heads where S1 >= 1/2 (Assumption 3.4; last column);\n"
-               "L<base: heads whose L is below the base's; tied: whose KV head keeps the base's entries\n"
-               "(same L); L<b|diff: L<base among the heads not tied\n");
-    fmt::print("{:>10} {:>9} {:>11} {:>11} {:>11} {:>7} {:>7} {:>7} {:>9} {:>8}\n", "budget", axis.kept_header(),
-               "Actual L", "Our bound", "Prev bound", "Ratio", "L<base", "tied", "L<b|diff", "S1>=1/2");
-    HeadCount all;
+    entry["nu_min"] = reading;
+    entry["prev_bound_is_upper_bound"] = nu_min_reading_is_bound(parse_nu_min_reading(reading));
+    say("\nTable 9 layout: {} (Actual, Our bound theta_hat) vs {} (Prev. bound theta_rel, nu_min over {}{})\n", crit,
+        has_base ? cmp.base_name : "(no attention-only method given)", reading,
+        nu_min_reading_is_bound(parse_nu_min_reading(reading)) ? "" : ": NOT an upper bound");
+    say("Actual, Our, Prev: means over the heads (record x layer x head, each the mean over evaluation queries)\n"
+        "where both methods' S1 >= 1/2 (Assumption 3.4), their count in `heads`; L1. L<base (head means): heads\n"
+        "whose mean L over records is below the base's (the paper's Figure 4); per record: over (record, layer,\n"
+        "head); tied: the KV head keeps the base's entries (same L); L<b|diff: per record among the heads not tied\n");
+    say("{:>10} {:>9} {:>7} {:>10} {:>10} {:>10} {:>7} {:>9} {:>9} {:>6} {:>8} {:>8}\n", "budget", axis.kept_header(),
+        "heads", "Actual L", "Our bound", "Prev bound", "Ratio", "L<base", "per rec", "tied", "L<b|diff", "S1>=1/2");
+    HeadCount all, all_means;
     std::map<int64_t, HeadCount> per_layer;
     for (int64_t b = 0; b < axis.size(); ++b) {
       const auto& ours = col.rows.at({cmp.crit, b});
-      const double actual = mean_of(ours, kL1), our_bound = mean_of(ours, kThetaHat, true);
-      int64_t holds = 0;
-      for (const auto& [l, r] : ours) holds += r[kStage1Mass] >= 0.5;
-      double prev_bound = kNaN;
-      HeadCount count;
-      if (has_base) {
-        const auto& theirs = col.rows.at({cmp.base, b});
+      const std::vector<HeadRow>* theirs = has_base ? &col.rows.at({cmp.base, b}) : nullptr;
+      // One population for the three columns: the heads where both methods' S1 >= 1/2.
+      std::vector<char> both(ours.size());
+      int64_t holds = 0, n_both = 0;
+      for (size_t i = 0; i < ours.size(); ++i) {
+        holds += ours[i].m[kStage1Mass] >= 0.5;
+        both[i] = ours[i].m[kStage1Mass] >= 0.5 && (!theirs || (*theirs)[i].m[kStage1Mass] >= 0.5);
+        n_both += both[i];
+      }
+      const double actual = mean_of(ours, kL1, &both), our_bound = mean_of(ours, kThetaHat, &both);
+      double prev_bound = kNaN, prev_nu = kNaN;
+      HeadCount count, count_means;
+      if (theirs) {
         const auto& tied = col.tied.at({p, b});
-        prev_bound = mean_of(theirs, kThetaRel, true);
+        prev_bound = mean_of(*theirs, kThetaRel, &both);
+        prev_nu = mean_of(*theirs, kNuMinOverC, &both);
+        HeadMeans means;
         for (size_t i = 0; i < ours.size(); ++i) {
-          const bool lower = ours[i].second[kL1] < theirs[i].second[kL1];
+          const bool lower = ours[i].m[kL1] < (*theirs)[i].m[kL1];
           count.add(lower, tied[i] != 0);
-          per_layer[ours[i].first].add(lower, tied[i] != 0);
+          per_layer[ours[i].layer].add(lower, tied[i] != 0);
+          means.add(ours[i], (*theirs)[i], tied[i] != 0);
         }
+        count_means = means.count();
       }
       all.add(count);
+      all_means.add(count_means);
       const double s1 = share(holds, static_cast<int64_t>(ours.size()));
       nlohmann::ordered_json row = {{"budget", axis.label(b)}, {"fraction", axis.fraction(b)},
-                                    {"mean_kept", axis.mean_kept(b)}, {"actual_L1", actual},
+                                    {"mean_kept", axis.mean_kept(b)},
+                                    {"below_window_records", axis.below_window(b)},
+                                    {"heads", n_both}, {"actual_L1", actual},
                                     {"our_bound_theta_hat", our_bound}, {"prev_bound_theta_rel", prev_bound},
-                                    {"ratio", our_bound / prev_bound}};
+                                    {"ratio", our_bound / prev_bound}, {"prev_nu_min_over_C", prev_nu},
+                                    {"actual_L1_all_heads", mean_of(ours, kL1)},
+                                    {"fraction_head_means_L_below_base", count_means.lower_share()},
+                                    {"fraction_head_means_tied", count_means.tied_share()}};
       count.put(row);
       row["fraction_heads_s1_holds"] = s1;
       entry["budgets"].push_back(row);
-      fmt::print("{:>10} {:>9} {:>11.4g} {:>11.4g} {:>11.4g} {:>6.1f}% {:>6.1f}% {:>6.1f}% {:>8.1f}% {:>7.1f}%\n",
-                 axis.label(b), axis.kept_text(b), actual, our_bound, prev_bound, 100 * our_bound / prev_bound,
-                 100 * count.lower_share(), 100 * count.tied_share(), 100 * count.lower_untied_share(), 100 * s1);
+      say("{:>10} {:>9} {:>7} {:>10.4g} {:>10.4g} {:>10.4g} {:>6.1f}% {:>8.1f}% {:>8.1f}% {:>5.1f}% {:>7.1f}% {:>7.1f}%\n",
+          axis.marked_label(b), axis.kept_text(b), n_both, actual, our_bound, prev_bound, 100 * our_bound / prev_bound,
+          100 * count_means.lower_share(), 100 * count.lower_share(), 100 * count.tied_share(),
+          100 * count.lower_untied_share(), 100 * s1);
     }
+    if (axis.any_below_window())
+      say("* budget below the snapkv window (--window {}) in some records: the most recent window entries are kept\n",
+          settings.value("window", int64_t{0}));
     if (has_base) {
       all.put(entry);
-      print_figure4(crit, cmp.base_name, all, per_layer);
+      entry["fraction_head_means_L_below_base"] = all_means.lower_share();
+      entry["fraction_head_means_tied"] = all_means.tied_share();
+      print_figure4(crit, cmp.base_name, all_means, all, per_layer);
       for (const auto& [l, c] : per_layer) entry["per_layer"][std::to_string(l)] = c.lower_share();
     }
     summary["table9"].push_back(entry);
   }
-  fmt::print("\nKept entries per KV head (window = last --window context entries, sinks = first --sinks)\n");
-  fmt::print("{:<28} {:>10} {:>8} {:>6} {:>6} {:>8} {:>7} {:>10}\n", "method", "budget", "mean", "min", "max", "window",
+  say("\nKept entries per KV head (window = last --window context entries, sinks = first --sinks)\n");
+  say("{:<28} {:>10} {:>8} {:>6} {:>6} {:>8} {:>7} {:>10}\n", "method", "budget", "mean", "min", "max", "window",
              "sinks", "mean L1");
   for (size_t m = 0; m < methods.size(); ++m)
     for (int64_t b = 0; b < axis.size(); ++b) {
       const KeptStats& k = col.kept.at({static_cast<int64_t>(m), b});
       const auto n = static_cast<double>(k.heads);
       const double l1 = mean_of(col.rows.at({static_cast<int64_t>(m), b}), kL1);
-      summary["kept"].push_back({{"method", methods[m].name()}, {"budget", axis.label(b)}, {"mean", k.sum / n},
+      summary["kept"].push_back({{"method", methods[m].name()}, {"budget", axis.label(b)},
+                                 {"below_window_records", axis.below_window(b)}, {"mean", k.sum / n},
                                  {"min", k.min}, {"max", k.max}, {"window", k.window / n}, {"sinks", k.sinks / n},
                                  {"mean_L1", l1}});
-      fmt::print("{:<28} {:>10} {:>8.1f} {:>6.0f} {:>6.0f} {:>8.1f} {:>7.1f} {:>10.4g}\n", methods[m].name(),
-                 axis.label(b), k.sum / n, k.min, k.max, k.window / n, k.sinks / n, l1);
+      say("{:<28} {:>10} {:>8.1f} {:>6.0f} {:>6.0f} {:>8.1f} {:>7.1f} {:>10.4g}\n", methods[m].name(),
+                 axis.marked_label(b), k.sum / n, k.min, k.max, k.window / n, k.sinks / n, l1);
     }
   return summary;
 }
@@ -290,13 +363,13 @@ class CheckSummary {
 
   void finish(nlohmann::ordered_json& summary, const nlohmann::json& settings, const std::string& name,
               int64_t max_list) const {
-    fmt::print("Assumption 3.4 (S1 >= 1/2 at every evaluation query), stage 1 by {}:\n",
+    say("Assumption 3.4 (S1 >= 1/2 at every evaluation query), stage 1 by {}:\n",
                settings.value("method", std::string("attn")));
     for (size_t a = 0; a < alphas_.size(); ++a)
       for (int64_t b = 0; b < budgets_.size(); ++b) {
         const auto [holds, total] = overall_.at({a, b});
         const double frac = static_cast<double>(holds) / static_cast<double>(total);
-        fmt::print("alpha {:g}, budget {} ({} {}): {:.2f}% of heads ({} of {})\n  per layer:", alphas_[a],
+        say("alpha {:g}, budget {} ({} {}): {:.2f}% of heads ({} of {})\n  per layer:", alphas_[a],
                    budgets_.label(b), budgets_.kept_header(), budgets_.kept_text(b), 100 * frac, holds, total);
         nlohmann::ordered_json layers;
         int n = 0;
@@ -304,25 +377,25 @@ class CheckSummary {
           if (std::get<0>(key) != a || std::get<1>(key) != b) continue;
           const double f = static_cast<double>(ht.first) / static_cast<double>(ht.second);
           layers[std::to_string(std::get<2>(key))] = f;
-          fmt::print("{} L{}={:.0f}%", n++ % 10 == 0 ? "\n   " : "", std::get<2>(key), 100 * f);
+          say("{} L{}={:.0f}%", n++ % 10 == 0 ? "\n   " : "", std::get<2>(key), 100 * f);
         }
-        fmt::print("\n");
+        say("\n");
         // "budget" stays the first record's count (scripts key on it); mean_kept is over records.
         summary["results"].push_back({{"alpha", alphas_[a]}, {"budget", first_budgets_[static_cast<size_t>(b)]},
                                       {"fraction", budgets_.fraction(b)}, {"mean_kept", budgets_.mean_kept(b)},
                                       {"fraction_holds", frac}, {"heads", total}, {"per_layer", layers}});
       }
     summary["violations"] = violations_;
-    fmt::print("{} violating (record, alpha, budget, layer, head){}\n", violations_.size(),
+    say("{} violating (record, alpha, budget, layer, head){}\n", violations_.size(),
                violations_.empty() ? "" : ":");
     for (size_t i = 0; i < violations_.size() && static_cast<int64_t>(i) < max_list; ++i) {
       const auto& v = violations_[i];
-      fmt::print("  record {} alpha {} budget {} layer {} head {}: S1 = {:.3f}\n", v["record"].get<std::string>(),
+      say("  record {} alpha {} budget {} layer {} head {}: S1 = {:.3f}\n", v["record"].get<std::string>(),
                  v["alpha"].get<double>(), v["budget"].get<int64_t>(), v["layer"].get<int64_t>(),
                  v["head"].get<int64_t>(), v["S1_min"].get<double>());
     }
     if (static_cast<int64_t>(violations_.size()) > max_list)
-      fmt::print("  ... {} more in {}.json\n", static_cast<int64_t>(violations_.size()) - max_list, name);
+      say("  ... {} more in {}.json\n", static_cast<int64_t>(violations_.size()) - max_list, name);
   }
 
  private:
@@ -346,7 +419,9 @@ std::vector<double> budget_fractions(const nlohmann::json& settings) {
 }  // namespace
 
 void write_bound_summaries(const std::filesystem::path& h5, const std::filesystem::path& csv_path,
-                           const std::filesystem::path& json_path, const std::string& name, int64_t max_list) {
+                           const std::filesystem::path& json_path, const std::string& name, int64_t max_list,
+                           bool quiet) {
+  g_console = !quiet;
   std::ofstream csv(csv_path, std::ios::binary | std::ios::trunc);
   if (!csv) fail<IoError>("{}: cannot write the CSV", csv_path.string());
   write_bound_csv_header(csv);
@@ -363,7 +438,7 @@ void write_bound_summaries(const std::filesystem::path& h5, const std::filesyste
     }
   };
   const BoundHeader header = read_bound_records(h5, [&](const BoundHeader& h, const BoundRecord& rec) {
-    write_bound_csv_rows(csv, rec, h.labels);
+    write_bound_csv_rows(csv, rec, h.labels, h.settings);
     start(h);
     if (check) check->add(rec);
     else collect(*col, rec, h.settings.at("window").get<int64_t>(), h.settings.at("sinks").get<int64_t>());
@@ -378,7 +453,7 @@ void write_bound_summaries(const std::filesystem::path& h5, const std::filesyste
     check->finish(summary, header.settings, name, max_list);
   } else {
     summary["records"] = header.records;
-    nlohmann::ordered_json rep = report(*col);
+    nlohmann::ordered_json rep = report(*col, header.settings);
     for (auto& [k, v] : rep.items()) summary[k] = v;
   }
   std::ofstream json(json_path, std::ios::binary | std::ios::trunc);

@@ -13,8 +13,9 @@ namespace ckv::app {
 // share tied with its base and the share lower among the others; Assumption 3.4 fractions
 // and violating heads for "check", at most `max_list` of them). Budgets given as fractions
 // show the mean kept count over records. `name` is the output prefix the messages mention.
+// `quiet` (ckv -q): write the files, print nothing.
 void write_bound_summaries(const std::filesystem::path& h5, const std::filesystem::path& csv,
                            const std::filesystem::path& json, const std::string& name,
-                           int64_t max_list = 40);
+                           int64_t max_list = 40, bool quiet = false);
 
 }  // namespace ckv::app

@@ -45,7 +45,8 @@ void run_bound(BoundOptions& o, const GlobalOptions& g) {
   finish_options(o.a);
   if (!(o.alpha > 0 && o.alpha <= 1)) fail<UsageError>("--alpha {}: outside (0, 1]", o.alpha);
   o.a.params.alpha = o.alpha;
-  AnalysisBlock block{parse_methods(o.methods), o.a.params, o.oracle, o.oracle_max_n, o.selection_file};
+  AnalysisBlock block{parse_methods(o.methods), o.a.params, o.oracle, o.oracle_max_n, o.selection_file,
+                      o.a.nu_min_reading};
   for (const MethodSpec& m : block.methods) {
     if (m.leaf().kind == MethodSpec::Kind::File && o.selection_file.empty())
       fail<UsageError>("--methods: 'file' needs --selection-file");
@@ -59,7 +60,7 @@ void run_bound(BoundOptions& o, const GlobalOptions& g) {
     block.methods.push_back(MethodSpec::parse("oracle"));
   std::vector<std::string> names;
   for (const MethodSpec& m : block.methods) names.push_back(m.name());
-  const nlohmann::json settings = {
+  nlohmann::json settings = {
       {"methods", names}, {"budgets", o.a.budgets}, {"keep", o.a.keep}, {"window", o.a.params.window},
       {"pool", o.a.pool}, {"kernel", o.a.params.kernel}, {"h2o_rows", o.a.params.h2o_rows},
       {"sinks", o.a.params.sinks}, {"alpha", o.alpha}, {"eps", o.a.params.eps},
@@ -68,6 +69,7 @@ void run_bound(BoundOptions& o, const GlobalOptions& g) {
       {"defensive_share", o.a.method.defensive_share}, {"defensive_nu", o.a.method.defensive_nu},
       {"pyramid_beta", o.a.params.pyramid_beta}, {"duo_pattern", o.a.method.duo_pattern},
       {"duo_sink", o.a.params.duo_sink}, {"duo_recent", o.a.params.duo_recent}};
+  settings.update(protocol_settings(o.a));
   run_bound_job(o.a, g, {block}, {.kind = "bound", .labels = names, .settings = settings});
 }
 

@@ -51,18 +51,19 @@ void run_check(CheckOptions& o, const GlobalOptions& g) {
   for (double alpha : alphas) {
     SelectionParams p = o.a.params;
     p.alpha = alpha;
-    blocks.push_back({{method}, p, false, 0, ""});
+    blocks.push_back({{method}, p, false, 0, "", o.a.nu_min_reading});
     labels.push_back(fmt::format("{:g}", alpha));
   }
-  const nlohmann::json settings = {{"method", method.name()}, {"alphas", alphas}, {"budgets", o.a.budgets},
-                                   {"keep", o.a.keep}, {"window", o.a.params.window}, {"pool", o.a.pool},
-                                   {"kernel", o.a.params.kernel}, {"gqa_reduce", o.a.gqa_reduce},
-                                   {"defensive_kernel", o.a.params.defensive_kernel},
-                                   {"defensive_share", o.a.method.defensive_share},
-                                   {"defensive_nu", o.a.method.defensive_nu},
-                                   {"pyramid_beta", o.a.params.pyramid_beta},
-                                   {"duo_pattern", o.a.method.duo_pattern}, {"duo_sink", o.a.params.duo_sink},
-                                   {"duo_recent", o.a.params.duo_recent}};
+  nlohmann::json settings = {{"method", method.name()}, {"alphas", alphas}, {"budgets", o.a.budgets},
+                             {"keep", o.a.keep}, {"window", o.a.params.window}, {"pool", o.a.pool},
+                             {"kernel", o.a.params.kernel}, {"gqa_reduce", o.a.gqa_reduce},
+                             {"defensive_kernel", o.a.params.defensive_kernel},
+                             {"defensive_share", o.a.method.defensive_share},
+                             {"defensive_nu", o.a.method.defensive_nu},
+                             {"pyramid_beta", o.a.params.pyramid_beta},
+                             {"duo_pattern", o.a.method.duo_pattern}, {"duo_sink", o.a.params.duo_sink},
+                             {"duo_recent", o.a.params.duo_recent}};
+  settings.update(protocol_settings(o.a));
   run_bound_job(o.a, g, blocks, {.kind = "check", .labels = labels, .settings = settings, .max_list = o.max_list});
 }
 

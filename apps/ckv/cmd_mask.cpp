@@ -134,6 +134,8 @@ class MaskJob {
     req.logit_rows = logit_rows;
     const ForwardResult full_out = fwd_.run(rec.tokens, req);
     rec.sinks = sink_scores(full);
+    const auto vocab = static_cast<size_t>(cf.vocab);
+    rec.logits_last_full.assign(full_out.logits.span().begin(), full_out.logits.span().begin() + static_cast<long>(vocab));
     if (!answer_ids.empty()) rec.logp_answer_full = answer_logp(full_out, answer_ids);
     if (o_.generate > 0) rec.generation_full = generate(p, EvictionPlan::none(cf.n_layer, cf.n_kv_head, p.c, prompt_len));
 
@@ -224,6 +226,7 @@ class MaskJob {
     run.metrics = compare_runs(full, masked, run.plan, {.sinks = o_.sinks});
     const auto vocab = static_cast<size_t>(cf.vocab);
     run.next = next_token(full_out.logits.span().first(vocab), out.logits.span().first(vocab));
+    run.logits_last.assign(out.logits.span().begin(), out.logits.span().begin() + static_cast<long>(vocab));
     if (!answer_ids.empty()) run.logp_answer = answer_logp(out, answer_ids);
     if (o_.verify_physical) {
       run.physical_max_diff = masked.physical_max_diff;

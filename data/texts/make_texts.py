@@ -15,6 +15,13 @@ The JSONL for `ckv bound --input` (docs/BOUND.md) is made from the shipped .txt 
 question's tokens are the evaluation queries:
 
     python3 data/texts/make_texts.py jsonl OUT.jsonl
+
+Summary-style records like LongBench's MultiNews prompt (the paper's Table 9 / Figure 4
+data): each text cut at line boundaries into pieces of about 8,000 characters (1.4K-2.1K
+tokens of the default model), the context an instruction plus the piece, the question the
+closing instruction ending in "Summary:", so the first decoded token starts the summary:
+
+    python3 data/texts/make_texts.py summary OUT.jsonl
 """
 import gzip
 import json
@@ -74,6 +81,34 @@ TEXTS = [
 ]
 
 
+SUMMARY_CHARS = 8000
+SUMMARY_HEAD = "You are given a text. Write a one-page summary of it.\n\nText:\n"
+SUMMARY_QUESTION = "\n\nNow, write a one-page summary of the text.\n\nSummary:"
+
+
+def pieces(text, target=SUMMARY_CHARS):
+    """The text cut at line boundaries into round(len / target) (at least 1) near-equal pieces."""
+    lines = text.rstrip().split("\n")
+    count = max(1, round(len(text) / target))
+    size = len(text) / count
+    out, cur, done = [], [], 0
+    for line in lines:
+        cur.append(line)
+        done += len(line) + 1
+        if len(out) < count - 1 and done >= size * (len(out) + 1):
+            out.append("\n".join(cur).strip())
+            cur = []
+    out.append("\n".join(cur).strip())
+    return [p for p in out if p]
+
+
+def summary_records():
+    for name, _, _, _ in TEXTS:
+        text = (HERE / f"{name}.txt").read_text(encoding="utf-8")
+        for i, piece in enumerate(pieces(text)):
+            yield {"id": f"{name}_{i}", "context": SUMMARY_HEAD + piece, "question": SUMMARY_QUESTION}
+
+
 def main():
     if len(sys.argv) == 2 and sys.argv[1] == "cut":
         for name, make, _, _ in TEXTS:
@@ -86,8 +121,12 @@ def main():
                 text = (HERE / f"{name}.txt").read_text(encoding="utf-8")
                 f.write(json.dumps({"id": name, "context": text, "question": question, "answer": answer},
                                    ensure_ascii=False) + "\n")
+    elif len(sys.argv) == 3 and sys.argv[1] == "summary":
+        with open(sys.argv[2], "w", encoding="utf-8") as f:
+            for rec in summary_records():
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
     else:
-        sys.exit("usage: make_texts.py cut | make_texts.py jsonl OUT.jsonl")
+        sys.exit("usage: make_texts.py cut | make_texts.py jsonl OUT.jsonl | make_texts.py summary OUT.jsonl")
 
 
 if __name__ == "__main__":

@@ -235,7 +235,7 @@ LayerResult analyze_layer(const LayerTensors& t, const LayerRequest& r, ThreadPo
     ht.head = h;
     ht.nu_l1 = std::span<const float>(t.nu_l1->data() + h * d.seq, static_cast<size_t>(d.seq));
     ht.nu_l2 = std::span<const float>(t.nu_l2->data() + h * d.seq, static_cast<size_t>(d.seq));
-    const HeadEval e(ht, attn[static_cast<size_t>(h)], r.eval_rows, c);
+    const HeadEval e(ht, attn[static_cast<size_t>(h)], r.eval_rows, c, r.nu_min);
     attn[static_cast<size_t>(h)] = MatrixD();  // HeadEval holds its own copy
     std::vector<HeadSelection> todo;
     for (int64_t mb = 0; mb < n_sel; ++mb) {

@@ -42,6 +42,7 @@ struct LayerRequest {
   std::vector<int64_t> eval_rows;  // [n_query] evaluation query positions
   bool oracle = false;             // compute the greedy order when a method needs it
   int64_t oracle_max_n = 1024;     // skip the oracle (NaN metrics) when c is larger
+  NuMinReading nu_min = NuMinReading::All;  // theta_rel's nu_min (--nu-min)
   std::vector<std::vector<int64_t>> file_kept;  // [n_kv_head][*] for the "file" method
   // Layer-global methods (MethodSpec::layer_global): budget -> this layer's total kept
   // entries over its KV heads, from a pre-pass over all layers (layer_defensive_totals).

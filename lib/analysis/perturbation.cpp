@@ -7,9 +7,16 @@
 #include <cmath>
 #include <limits>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace ckv {
+
+NuMinReading parse_nu_min_reading(const std::string& name) {
+  for (size_t i = 0; i < kNuMinReadingNames.size(); ++i)
+    if (name == kNuMinReadingNames[i]) return static_cast<NuMinReading>(i);
+  fail<InputError>("--nu-min {}: not one of all, no-sink, stage2, stage2-partial", name);
+}
 
 MatrixD attention_rows(const Eigen::Ref<const MatrixD>& q, const Eigen::Ref<const MatrixD>& k,
                        std::span<const int64_t> pos) {
@@ -37,8 +44,10 @@ std::vector<double> attention_row(const float* q, const float* k, int64_t d_head
   return {a.data(), a.data() + a.size()};
 }
 
-HeadEval::HeadEval(const HeadTensors& t, const MatrixD& attn, std::vector<int64_t> pos, int64_t c)
-    : t_(t), attn_t_(attn.transpose()), pos_(std::move(pos)) {
+HeadEval::HeadEval(const HeadTensors& t, const MatrixD& attn, std::vector<int64_t> pos, int64_t c,
+                   NuMinReading reading)
+    : t_(t), reading_(reading), c_(std::min<int64_t>(c, attn.cols())), attn_t_(attn.transpose()),
+      pos_(std::move(pos)) {
   const int64_t nq = attn.rows(), len = attn.cols(), d = t.d_head;
   const int64_t q0 = std::min(c, len), n_question = len - q0;
   const ConstMatrixMap wo(t.wo, t.d_model, t.n_head * d);
@@ -55,10 +64,15 @@ HeadEval::HeadEval(const HeadTensors& t, const MatrixD& attn, std::vector<int64_
   q_value_l2_.noalias() = attn.rightCols(n_question) * nu2.tail(n_question);
   nu_min_.resize(nq);
   nu_min_l2_.resize(nq);
+  nu_min_no_sink_.resize(nq);
+  nu_min_no_sink_l2_.resize(nq);
   for (int64_t i = 0; i < nq; ++i) {
     const int64_t n = pos_[static_cast<size_t>(i)] + 1;  // the query's keys [0, p]
     nu_min_[i] = nu1.head(n).minCoeff();
     nu_min_l2_[i] = nu2.head(n).minCoeff();
+    // A query with only position 0 to attend to has no other key: the sink's own nu.
+    nu_min_no_sink_[i] = n > 1 ? nu1.segment(1, n - 1).minCoeff() : nu1[0];
+    nu_min_no_sink_l2_[i] = n > 1 ? nu2.segment(1, n - 1).minCoeff() : nu2[0];
   }
 }
 
@@ -67,6 +81,7 @@ void HeadEval::metrics(std::span<const HeadSelection> selections) const {
   MatrixD u(n_sel * nq, d);  // [selection, n_query, d_head] (A - A') V
   MatrixD ak, vk;            // [kept, n_query] A of the kept entries, [kept, d_head] their values
   Eigen::VectorXd nk1, nk2;  // [kept] their nu
+  std::vector<char> in_stage1(static_cast<size_t>(c_));  // [c]
   for (int64_t si = 0; si < n_sel; ++si) {
     const HeadSelection& sel = selections[static_cast<size_t>(si)];
     const auto b = static_cast<int64_t>(sel.kept.size());
@@ -86,6 +101,23 @@ void HeadEval::metrics(std::span<const HeadSelection> selections) const {
     for (int64_t i : sel.stage1) stage1_mass += attn_t_.row(i).transpose();
     const Eigen::VectorXd kept_value = ak.transpose() * nk1 + q_value_;
     const Eigen::VectorXd kept_value_l2 = ak.transpose() * nk2 + q_value_l2_;
+    // The stage-2 readings of nu_min (NuMinReading): the smallest nu of the context entries
+    // outside stage 1 (the same for every query: all see the whole context), and the stage-1
+    // and question part of S and of Σ N A nu, which Stage2Partial keeps exact.
+    std::fill(in_stage1.begin(), in_stage1.end(), 0);
+    Eigen::VectorXd stage1_value = q_value_, stage1_value_l2 = q_value_l2_;  // [n_query]
+    for (int64_t i : sel.stage1) {
+      if (i >= c_) continue;
+      in_stage1[static_cast<size_t>(i)] = 1;
+      stage1_value += attn_t_.row(i).transpose() * static_cast<double>(t_.nu_l1[static_cast<size_t>(i)]);
+      stage1_value_l2 += attn_t_.row(i).transpose() * static_cast<double>(t_.nu_l2[static_cast<size_t>(i)]);
+    }
+    double cand_min = std::numeric_limits<double>::infinity(), cand_min_l2 = cand_min;
+    for (int64_t i = 0; i < c_; ++i)
+      if (!in_stage1[static_cast<size_t>(i)]) {
+        cand_min = std::min(cand_min, static_cast<double>(t_.nu_l1[static_cast<size_t>(i)]));
+        cand_min_l2 = std::min(cand_min_l2, static_cast<double>(t_.nu_l2[static_cast<size_t>(i)]));
+      }
     // u = (A - A') V = A V - (N ⊙ A) V / S; nothing kept leaves o' = 0.
     auto us = u.middleRows(si * nq, nq);
     us.noalias() = ak.transpose() * vk;
@@ -94,19 +126,49 @@ void HeadEval::metrics(std::span<const HeadSelection> selections) const {
       us.row(i) = retained[i] > 0 ? (av_.row(i) - us.row(i) / retained[i]).eval() : av_.row(i);
     for (int64_t i = 0; i < nq; ++i) {
       const double s = retained[i], f = 2.0 - 1.0 / s, f1 = 2.0 - 1.0 / stage1_mass[i];
+      // No stage-2 candidate (stage 1 is the whole context): nothing to relax, the exact value.
+      const double c2 = std::isfinite(cand_min) ? cand_min : nu_min_[i];
+      const double c2_l2 = std::isfinite(cand_min_l2) ? cand_min_l2 : nu_min_l2_[i];
+      const double s2 = s - stage1_mass[i];  // Σ A of the kept entries outside stage 1
       MetricRow& m = sel.out[static_cast<size_t>(i)];
       m[kTheta] = value_[i] - f * kept_value[i];
       m[kThetaHat] = value_[i] - f1 * kept_value[i];
-      m[kThetaRel] = value_[i] - f1 * nu_min_[i] * s;
+      m[kThetaRelAll] = value_[i] - f1 * nu_min_[i] * s;
+      m[kThetaRelNoSink] = value_[i] - f1 * nu_min_no_sink_[i] * s;
+      m[kThetaRelStage2] = value_[i] - f1 * c2 * s;
+      m[kThetaRelStage2Partial] = value_[i] - f1 * (stage1_value[i] + c2 * s2);
+      double nu_min = nu_min_[i], nu_min_l2 = nu_min_l2_[i], rel_l2 = 0;
+      switch (reading_) {
+        case NuMinReading::All:
+          m[kThetaRel] = m[kThetaRelAll];
+          rel_l2 = value_l2_[i] - f1 * nu_min_l2 * s;
+          break;
+        case NuMinReading::NoSink:
+          m[kThetaRel] = m[kThetaRelNoSink];
+          nu_min = nu_min_no_sink_[i], nu_min_l2 = nu_min_no_sink_l2_[i];
+          rel_l2 = value_l2_[i] - f1 * nu_min_l2 * s;
+          break;
+        case NuMinReading::Stage2:
+          m[kThetaRel] = m[kThetaRelStage2];
+          nu_min = c2, nu_min_l2 = c2_l2;
+          rel_l2 = value_l2_[i] - f1 * nu_min_l2 * s;
+          break;
+        case NuMinReading::Stage2Partial:
+          m[kThetaRel] = m[kThetaRelStage2Partial];
+          nu_min = c2, nu_min_l2 = c2_l2;
+          rel_l2 = value_l2_[i] - f1 * (stage1_value_l2[i] + c2_l2 * s2);
+          break;
+      }
       m[kThetaL2] = value_l2_[i] - f * kept_value_l2[i];
       m[kThetaHatL2] = value_l2_[i] - f1 * kept_value_l2[i];
-      m[kThetaRelL2] = value_l2_[i] - f1 * nu_min_l2_[i] * s;
+      m[kThetaRelL2] = rel_l2;
       m[kRetained] = s;
       m[kStage1Mass] = stage1_mass[i];
       m[kValueMass] = value_[i];
       m[kValueMassL2] = value_l2_[i];
-      m[kNuMin] = nu_min_[i];
-      m[kNuMinL2] = nu_min_l2_[i];
+      m[kNuMin] = nu_min;
+      m[kNuMinL2] = nu_min_l2;
+      m[kNuMinOverC] = value_[i] > 0 ? nu_min / value_[i] : std::numeric_limits<double>::quiet_NaN();
       m[kKept] = static_cast<double>(b);
     }
   }
@@ -127,7 +189,7 @@ MetricRow perturbation(const HeadQueryInput& in) {
     if (in.keep[static_cast<size_t>(i)]) kept.push_back(i);
     if (in.stage1[static_cast<size_t>(i)]) stage1.push_back(i);
   }
-  const HeadEval e(in, Eigen::Map<const MatrixD>(in.attn.data(), 1, n), {n - 1}, n);
+  const HeadEval e(in, Eigen::Map<const MatrixD>(in.attn.data(), 1, n), {n - 1}, n, in.reading);
   MetricRow m{};
   const HeadSelection sel{kept, stage1, {&m, 1}};
   e.metrics({&sel, 1});

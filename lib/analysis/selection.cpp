@@ -40,20 +40,21 @@ int64_t share(int64_t budget, double fraction) {
 // Stage 1 plus stage 2 of Algorithm 1 for one KV head: `first` = the stage-1 entries,
 // the rest filled by (score + eps) * nu.
 std::vector<int64_t> two_stage(const Eigen::RowVectorXd& score, const Eigen::RowVectorXd& nu,
-                               const std::vector<int64_t>& first, int64_t budget, double eps) {
+                               const std::vector<int64_t>& first, int64_t budget, double eps,
+                               int64_t recent_from) {
   const int64_t c = score.size();
   std::vector<char> taken(static_cast<size_t>(c), 0);
   for (int64_t i : first) taken[static_cast<size_t>(i)] = 1;
   const Eigen::RowVectorXd weighted = ((score.array() + eps) * nu.array()).matrix();
   std::vector<int64_t> kept = first;
   const int64_t rest = std::max<int64_t>(0, budget - static_cast<int64_t>(first.size()));
-  for (int64_t i : top_k(weighted, rest, taken)) kept.push_back(i);
+  for (int64_t i : top_k(weighted, rest, taken, recent_from)) kept.push_back(i);
   return sorted(kept);
 }
 
 // AdaKV's allocation: per-head budgets summing to budget * n_kv_head (MATH.md §4).
 std::vector<int64_t> adakv_budgets(const ScoreMatrix& scores, int64_t budget, double alpha_safe,
-                                   std::vector<std::vector<int64_t>>& safe) {
+                                   int64_t recent_from, std::vector<std::vector<int64_t>>& safe) {
   const int64_t h_count = scores.rows(), c = scores.cols();
   const int64_t n_safe = share(budget, alpha_safe);
   std::vector<int64_t> budgets(static_cast<size_t>(h_count), 0);
@@ -67,7 +68,7 @@ std::vector<int64_t> adakv_budgets(const ScoreMatrix& scores, int64_t budget, do
   std::vector<Entry> entries;
   entries.reserve(static_cast<size_t>(h_count * c));
   for (int64_t g = 0; g < h_count; ++g) {
-    safe[static_cast<size_t>(g)] = top_k(scores.row(g), n_safe);
+    safe[static_cast<size_t>(g)] = top_k(scores.row(g), n_safe, {}, recent_from);
     std::vector<char> is_safe(static_cast<size_t>(c), 0);
     for (int64_t i : safe[static_cast<size_t>(g)]) is_safe[static_cast<size_t>(i)] = 1;
     for (int64_t i = 0; i < c; ++i) entries.push_back({is_safe[static_cast<size_t>(i)] != 0, scores(g, i), g, i});
@@ -75,9 +76,13 @@ std::vector<int64_t> adakv_budgets(const ScoreMatrix& scores, int64_t budget, do
   const int64_t total = std::min<int64_t>(budget * h_count, h_count * c);
   // Only which entries are in the top `total` counts, not their order.
   std::nth_element(entries.begin(), entries.begin() + total, entries.end(),
-                    [](const Entry& a, const Entry& b) {
+                    [recent_from](const Entry& a, const Entry& b) {
                       if (a.safe != b.safe) return a.safe;
                       if (a.score != b.score) return a.score > b.score;
+                      // Window entries (all max + 1): the most recent first, across heads.
+                      const bool ra = a.pos >= recent_from, rb = b.pos >= recent_from;
+                      if (ra != rb) return ra;
+                      if (ra && a.pos != b.pos) return a.pos > b.pos;
                       if (a.head != b.head) return a.head < b.head;
                       return a.pos < b.pos;
                     });
@@ -201,17 +206,24 @@ int64_t budget_from_fraction(int64_t c, double fraction) {
   return std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(c) * (1.0 - compression_ratio)));
 }
 
+int64_t recent_tie_start(const MethodSpec& method, int64_t c, const SelectionParams& params) {
+  return method.leaf().kind == MethodSpec::Kind::SnapKV ? std::max<int64_t>(0, c - params.window) : c;
+}
+
 std::vector<int64_t> top_k(const Eigen::Ref<const Eigen::RowVectorXd>& scores, int64_t k,
-                           const std::vector<char>& exclude) {
+                           const std::vector<char>& exclude, int64_t recent_from) {
   std::vector<int64_t> idx;
   idx.reserve(static_cast<size_t>(scores.size()));
   for (int64_t i = 0; i < scores.size(); ++i)
     if (exclude.empty() || !exclude[static_cast<size_t>(i)]) idx.push_back(i);
   k = std::clamp<int64_t>(k, 0, static_cast<int64_t>(idx.size()));
-  // A total order (ties by position), so the top k are one set: select it in O(c), then
-  // sort only those k.
+  // A total order (ties by position: the lower first, the more recent first from
+  // recent_from on), so the top k are one set: select it in O(c), then sort only those k.
   const auto before = [&](int64_t a, int64_t b) {
-    return scores[a] != scores[b] ? scores[a] > scores[b] : a < b;
+    if (scores[a] != scores[b]) return scores[a] > scores[b];
+    const bool ra = a >= recent_from, rb = b >= recent_from;
+    if (ra != rb) return ra;
+    return ra ? a > b : a < b;
   };
   std::nth_element(idx.begin(), idx.begin() + k, idx.end(), before);
   std::sort(idx.begin(), idx.begin() + k, before);
@@ -310,7 +322,8 @@ Selection select(const MethodSpec& method, const SelectionInputs& in, int64_t bu
   std::vector<int64_t> budgets(static_cast<size_t>(h_count), budget);
   std::vector<std::vector<int64_t>> safe(static_cast<size_t>(h_count));
   const bool ada = inner.kind == Kind::AdaKV;
-  if (ada) budgets = adakv_budgets(scores, budget, params.alpha_safe, safe);
+  const int64_t recent = recent_tie_start(method, in.c, params);
+  if (ada) budgets = adakv_budgets(scores, budget, params.alpha_safe, recent, safe);
   if (critical) check_scores(in.nu, in, "nu");
 
   for (int64_t g = 0; g < h_count; ++g) {
@@ -323,7 +336,7 @@ Selection select(const MethodSpec& method, const SelectionInputs& in, int64_t bu
     };
     if (!critical) {
       const int64_t first = share(b, params.alpha);
-      const std::vector<int64_t> top = top_k(row, std::max(b, first));
+      const std::vector<int64_t> top = top_k(row, std::max(b, first), {}, recent);
       out.kept[gi] = sorted(prefix(top, b));
       out.stage1[gi] = prefix(top, first);
       continue;
@@ -333,9 +346,9 @@ Selection select(const MethodSpec& method, const SelectionInputs& in, int64_t bu
     // (CriticalAdaKVPress scores both with float max before stage 2).
     int64_t first = ada ? static_cast<int64_t>(static_cast<double>(b) * params.alpha) : share(b, params.alpha);
     const int64_t fixed = std::min(b, ada ? std::max<int64_t>(first, static_cast<int64_t>(safe[gi].size())) : first);
-    const std::vector<int64_t> top = top_k(row, std::max(first, fixed));
+    const std::vector<int64_t> top = top_k(row, std::max(first, fixed), {}, recent);
     out.stage1[gi] = prefix(top, first);
-    out.kept[gi] = two_stage(row, in.nu.row(g), prefix(top, fixed), b, params.eps);
+    out.kept[gi] = two_stage(row, in.nu.row(g), prefix(top, fixed), b, params.eps, recent);
   }
   return out;
 }

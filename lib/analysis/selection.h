@@ -14,10 +14,13 @@
 //     head's allocated budget, its stage 1 widened to the safeguard set as kvpress does.
 //
 // Ties (equal scores) are broken by the lower position first (then the lower KV head for
-// the joint adakv choice); torch.topk leaves ties unspecified, so kvpress may differ only
-// where scores tie exactly.
+// the joint adakv choice), except inside the snapkv observation window, whose entries all
+// score max + 1: there the most recent entry wins (then the lower KV head), so a budget below
+// the window keeps the window's most recent entries. torch.topk leaves ties unspecified, so
+// kvpress may differ only where scores tie exactly.
 #include <cstdint>
 #include <map>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -130,10 +133,16 @@ Selection select(const MethodSpec& method, const SelectionInputs& in, int64_t bu
 ScoreMatrix leaf_scores(const MethodSpec& leaf, const SelectionInputs& in, int64_t budget,
                         const SelectionParams& params);
 
-// Indices of the k largest of `scores` (ties: lower index first), skipping `exclude`d ones
-// (may be empty), in decreasing score order.
+// Indices of the k largest of `scores` (ties: lower index first, but among indices >=
+// `recent_from` the higher index first, and those before the others), skipping `exclude`d
+// ones (may be empty), in decreasing score order.
 std::vector<int64_t> top_k(const Eigen::Ref<const Eigen::RowVectorXd>& scores, int64_t k,
-                           const std::vector<char>& exclude = {});
+                           const std::vector<char>& exclude = {},
+                           int64_t recent_from = std::numeric_limits<int64_t>::max());
+
+// Where the most-recent-first tie order starts for a method: the snapkv observation window
+// [c - window, c) when the method's leaf is snapkv, else nowhere (c).
+int64_t recent_tie_start(const MethodSpec& method, int64_t c, const SelectionParams& params);
 
 // Reduce query-head rows [n_head, c] to KV-head rows [n_kv_head, c] (GQA group mean/max).
 ScoreMatrix reduce_groups(const ScoreMatrix& per_head, int64_t n_kv_head, GqaReduce reduce);

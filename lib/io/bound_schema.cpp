@@ -49,8 +49,11 @@ void BoundFile::write_record(const BoundRecord& rec) {
   h5::Group g = begin_record_group(file_, rec.id, rec.index);
   g.set_attr_int("n", rec.n);
   g.set_attr_int("context_end", rec.c);
+  g.set_attr_int("question_start", rec.question_start);
+  g.set_attr_int("eval_token", rec.eval_token);
   g.set_attr_ints("eval_rows", rec.eval_rows);
   g.set_attr_ints("budgets", rec.budgets);
+  g.set_attr_ints("below_window", rec.below_window);
   g.set_attr_ints("layers", rec.layer_ids);
   const LayerResult& first = rec.layers.front();
   const int64_t nm = first.n_method, nb = first.n_budget, nl = static_cast<int64_t>(rec.layers.size());
@@ -112,8 +115,13 @@ BoundRecord read_record(const h5::Group& g, const std::string& id) {
   rec.index = g.has_attr("index") ? g.attr_int("index") : 0;
   rec.n = g.attr_int("n");
   rec.c = g.attr_int("context_end");
+  rec.question_start = g.attr_int("question_start");
+  rec.eval_token = g.attr_int("eval_token");
   rec.eval_rows = g.attr_ints("eval_rows");
   rec.budgets = g.attr_ints("budgets");
+  rec.below_window = g.attr_ints("below_window");
+  if (rec.below_window.size() != rec.budgets.size())
+    fail<FormatError>("{}: below_window and budgets differ in length", g.where());
   rec.layer_ids = g.attr_ints("layers");
   const h5::Dataset ds = g.open_dataset("metrics");  // [method, budget, layer, head, query, metric]
   const h5::Dataset mask_ds = g.open_dataset("kept_mask");  // [method, budget, layer, kv_head, pos]
@@ -167,13 +175,16 @@ BoundHeader read_bound_records(const std::filesystem::path& path,
 }
 
 void write_bound_csv_header(std::ostream& out) {
-  out << "record,method,budget,layer,head,kv_head,n_query";
+  out << "record,method,budget,layer,head,kv_head,n_query,eval,compress,nu_min_reading,below_window";
   for (const char* name : kMetricNames) out << ',' << name;
   out << '\n';
 }
 
 void write_bound_csv_rows(std::ostream& out, const BoundRecord& rec,
-                          const std::vector<std::string>& labels) {
+                          const std::vector<std::string>& labels, const nlohmann::json& settings) {
+  const std::string protocol = fmt::format("{},{},{}", settings.value("eval", std::string("question")),
+                                           settings.value("compress", std::string("context")),
+                                           settings.value("nu_min", std::string("all")));
   for (size_t l = 0; l < rec.layers.size(); ++l) {
     const LayerResult& r = rec.layers[l];
     const int64_t group = r.n_head / r.n_kv_head;
@@ -182,8 +193,9 @@ void write_bound_csv_rows(std::ostream& out, const BoundRecord& rec,
         for (int64_t h = 0; h < r.n_head; ++h) {
           const MetricRow mean = query_mean(r, m, b, h);
           // Method names hold commas only inside parentheses; quote them for CSV readers.
-          out << fmt::format("{},\"{}\",{},{},{},{},{}", rec.id, labels[static_cast<size_t>(m)],
-                             rec.budgets[static_cast<size_t>(b)], rec.layer_ids[l], h, h / group, r.n_query);
+          out << fmt::format("{},\"{}\",{},{},{},{},{},{},{}", rec.id, labels[static_cast<size_t>(m)],
+                             rec.budgets[static_cast<size_t>(b)], rec.layer_ids[l], h, h / group, r.n_query,
+                             protocol, rec.below_window[static_cast<size_t>(b)]);
           for (double x : mean) out << ',' << fmt::format("{:.9g}", x);
           out << '\n';
         }

@@ -1,5 +1,5 @@
 #pragma once
-// Outputs of `ckv bound` and `ckv check` (schema "ckv.bound" version 1, docs/BOUND.md):
+// Outputs of `ckv bound` and `ckv check` (schema "ckv.bound" version 2, docs/BOUND.md):
 // an HDF5 file with the full arrays, written record by record, and the tidy CSV rows
 // (one per record/method/budget/layer/head, the mean over evaluation queries).
 //
@@ -24,15 +24,19 @@ namespace ckv {
 struct Provenance;
 
 inline constexpr const char* kBoundSchema = "ckv.bound";
-inline constexpr int64_t kBoundSchemaVersion = 1;
+inline constexpr int64_t kBoundSchemaVersion = 2;
 
 // One record's results: layers[i] is layer layer_ids[i].
 struct BoundRecord {
   std::string id;
   int64_t index = 0;                // position in the input (record i -> shard i mod N)
-  int64_t n = 0, c = 0;
+  int64_t n = 0;                    // tokens analysed (the prompt, plus the decoded token)
+  int64_t c = 0;                    // evictable entries [0, c): the context, or the prompt
+  int64_t question_start = 0;       // the input's context end (= c unless --compress prompt)
+  int64_t eval_token = -1;          // --eval first-decode: the greedy token at position n - 1
   std::vector<int64_t> eval_rows;   // [query]
   std::vector<int64_t> budgets;     // [budget] kept entries per KV head
+  std::vector<int64_t> below_window;  // [budget] 1 where the budget is below the snapkv window
   std::vector<int64_t> layer_ids;   // [layer]
   std::vector<LayerResult> layers;  // [layer]
 };
@@ -75,8 +79,9 @@ BoundHeader read_bound_records(const std::filesystem::path& path,
                                const std::function<void(const BoundHeader&, const BoundRecord&)>& on_record);
 
 // Tidy CSV. `labels` are the method names (bound) or alpha values (check).
+// `settings` gives the protocol columns (eval, compress, nu_min).
 void write_bound_csv_header(std::ostream& out);
 void write_bound_csv_rows(std::ostream& out, const BoundRecord& record,
-                          const std::vector<std::string>& labels);
+                          const std::vector<std::string>& labels, const nlohmann::json& settings);
 
 }  // namespace ckv

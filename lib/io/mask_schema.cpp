@@ -108,6 +108,8 @@ void MaskFile::write_record(const MaskRecord& r) {
   g.set_attr_strings("runs", run_names);  // the runs' order (the group lists them by name)
   put(g, "tokens", h5::DType::I32, {static_cast<int64_t>(r.tokens.size())}, r.tokens, {"pos"});
   put(g, "eval_rows", h5::DType::I64, {n_eval}, r.eval_rows, {"eval"});
+  put(g, "logits_last_full", h5::DType::F32, {static_cast<int64_t>(r.logits_last_full.size())}, r.logits_last_full,
+      {"vocab"});
   put(g, "s_attn", h5::DType::F32, {n_layer, n_head, r.c}, flatten(r.sinks.s_attn), {"layer", "head", "pos"});
   put(g, "s_val", h5::DType::F32, {n_layer, n_head, r.c}, flatten(r.sinks.s_val), {"layer", "head", "pos"});
   for (const MaskRun& run : r.runs) {
@@ -121,6 +123,7 @@ void MaskFile::write_record(const MaskRecord& r) {
     rg.set_attr_int("top1_full", run.next.top1_full);
     rg.set_attr_int("top1_masked", run.next.top1_masked);
     rg.set_attr_double("delta_theta_total", run.metrics.delta_theta_total);
+    put(rg, "logits_last", h5::DType::F32, {static_cast<int64_t>(run.logits_last.size())}, run.logits_last, {"vocab"});
     if (run.logp_answer) rg.set_attr_double("logp_answer", *run.logp_answer);
     if (run.physical_max_diff) rg.set_attr_double("physical_max_diff", *run.physical_max_diff);
     if (run.physical_max_abs) rg.set_attr_double("physical_max_abs", *run.physical_max_abs);

@@ -40,6 +40,7 @@ struct MaskRun {
   EvictionPlan plan;
   RunMetrics metrics;
   NextToken next;
+  std::vector<float> logits_last;     // [vocab] the masked run's logits at row prompt_len - 1
   std::optional<double> logp_answer;  // Σ log p(answer tokens), masked
   std::optional<double> physical_max_diff, physical_max_abs;  // --verify-physical
   std::optional<double> ratio;        // placebo: Delta_theta / target's
@@ -54,6 +55,7 @@ struct MaskRecord {
   std::vector<int64_t> eval_rows;  // [n_eval]
   std::optional<std::string> answer;
   std::optional<double> logp_answer_full;
+  std::vector<float> logits_last_full;  // [vocab] the unmasked run's logits at row prompt_len - 1
   std::optional<Generation> generation_full;
   SinkScores sinks;                // of the unmasked run
   nlohmann::json placebo;          // {requested, found, candidates, searched, tolerance, seed, best_ratio}

@@ -92,11 +92,11 @@ def test_reader_dispatch(outs):
 
 @pytest.mark.parametrize("name", ["bound.h5", "check.h5", "mask.h5", "dump.h5"])
 def test_reader_refuses_other_version(outs, tmp_path, name):
-    bad = tmp_path / f"v2_{name}"
+    bad = tmp_path / f"v99_{name}"
     shutil.copy(outs / name, bad)
     with h5py.File(bad, "r+") as f:
-        f.attrs["schema_version"] = 2
-    with pytest.raises(SchemaError, match=r"v2_.*version 2.*version 1 only") as e:
+        f.attrs["schema_version"] = 99
+    with pytest.raises(SchemaError, match=r"v99_.*version 99.*version [12] only") as e:
         open_ckv(bad)
     assert e.value.path == str(bad)
 
@@ -156,10 +156,10 @@ def test_tightness_curves(outs, tmp_path):
     r = F.tightness(open_ckv(outs / "bound.h5"), tmp_path, "criticalkv(snapkv)")
     for bi in range(3):
         lines = r.fig.axes[bi].get_lines()
-        np.testing.assert_allclose(lines[0].get_ydata(), mm[1, bi, :, :, ix("L1")].mean(axis=1))
-        for line, m, metric in ((lines[1], 1, "theta_hat"), (lines[2], 0, "theta_rel")):
+        for line, m, metric in ((lines[0], 1, "L1"), (lines[1], 1, "theta_hat"), (lines[2], 0, "theta_rel")):
             for li in range(4):
-                ok = mm[m, bi, li, :, ix("S1")] >= 0.5
+                # one population for all three curves: both methods' S1 >= 1/2
+                ok = (mm[1, bi, li, :, ix("S1")] >= 0.5) & (mm[0, bi, li, :, ix("S1")] >= 0.5)
                 got = line.get_ydata()[li]
                 if ok.any():
                     assert got == pytest.approx(mm[m, bi, li, ok, ix(metric)].mean())
@@ -205,23 +205,30 @@ def test_table9_matches_file_and_ckv_json(outs):
     ref = json.loads((outs / "bound.json").read_text())["table9"][0]
     assert ref["method"] == crit and ref["base"] == base
     for bi, (row, j) in enumerate(zip(rows, ref["budgets"])):
-        ok = mm[1, bi, ..., ix("S1")] >= 0.5
-        assert row["actual_L1"] == pytest.approx(mm[1, bi, ..., ix("L1")].mean())
+        ok = (mm[1, bi, ..., ix("S1")] >= 0.5) & (mm[0, bi, ..., ix("S1")] >= 0.5)
+        assert row["heads"] == int(ok.sum()) == j["heads"]
+        assert row["actual_L1"] == pytest.approx(mm[1, bi, ..., ix("L1")][ok].mean())
         assert row["our_bound_theta_hat"] == pytest.approx(mm[1, bi, ..., ix("theta_hat")][ok].mean())
+        assert row["prev_bound_theta_rel"] == pytest.approx(mm[0, bi, ..., ix("theta_rel")][ok].mean())
         assert row["actual_L1"] == pytest.approx(j["actual_L1"], rel=1e-9)
         assert row["our_bound_theta_hat"] == pytest.approx(j["our_bound_theta_hat"], rel=1e-9)
         assert row["prev_bound_theta_rel"] == pytest.approx(j["prev_bound_theta_rel"], rel=1e-9)
         assert row["ratio"] == pytest.approx(j["ratio"], rel=1e-9)
         assert row["share_L_below_base"] == pytest.approx(j["fraction_heads_L_below_base"])
+        # one record: the heads' means are the heads themselves
+        assert row["share_head_means_L_below_base"] == pytest.approx(j["fraction_head_means_L_below_base"])
+        assert row["share_head_means_L_below_base"] == pytest.approx(
+            np.mean(mm[1, bi, ..., ix("L1")] < mm[0, bi, ..., ix("L1")]))
         assert row["share_S1_holds"] == pytest.approx(j["fraction_heads_s1_holds"])
     md = T.to_markdown(rows).splitlines()
     assert len(md) == 2 + len(rows)
     for line, row in zip(md[2:], rows):
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert cells[0] == row["budget"]
-        assert float(cells[2]) == pytest.approx(row["actual_L1"], rel=1e-3)
-        assert float(cells[3]) == pytest.approx(row["our_bound_theta_hat"], rel=1e-3)
-        assert float(cells[5].rstrip("%")) == pytest.approx(100 * row["ratio"], abs=0.05)
+        assert int(cells[2]) == row["heads"]
+        assert float(cells[3]) == pytest.approx(row["actual_L1"], rel=1e-3)
+        assert float(cells[4]) == pytest.approx(row["our_bound_theta_hat"], rel=1e-3)
+        assert float(cells[6].rstrip("%")) == pytest.approx(100 * row["ratio"], abs=0.05)
     stats = T.head_stats(open_ckv(outs / "bound.h5"), "criticalkv(snapkv)", "20%")
     red = mm[0, 1, ..., ix("L1")] - mm[1, 1, ..., ix("L1")]             # [layer, head]
     assert [s["layer"] for s in stats] == [0, 1, 14, 29]
@@ -403,3 +410,60 @@ def test_most_evicted_head(outs):
     d.close()
     assert (layer, head) == best and s == pytest.approx(S[best], rel=1e-12)
     assert layer == 2                                    # the only masked layer
+
+
+def test_protocol_sweep_rows_match_file(outs):
+    """analysis.paper: every nu_min reading's Table 9 row from the theta_rel_* columns, over
+    the heads where both methods' S1 >= 1/2; the valid readings never fall below theta_hat."""
+    from analysis import paper as P
+    mm, mq, names = h5mean(outs / "bound.h5")
+    ix = names.index
+    f = open_ckv(outs / "bound.h5")
+    rows = P.sweep_rows(f, ("10%", "20%"))
+    assert len(rows) == 4 * len(f.base_pairs)
+    np.testing.assert_allclose(mm[..., ix("theta_rel")], mm[..., ix("theta_rel_all")])  # the default reading
+    for r in rows:
+        assert (r["eval"], r["compress"]) == ("question", "context")
+        ci, bi_ = f.method_index(r["method"]), f.method_index(r["base"])
+        col = ix("theta_rel_" + r["nu_min"].replace("-", "_"))
+        for b, label in enumerate(("10%", "20%")):
+            x = r["budgets"][label]
+            ok = (mm[ci, b, ..., ix("S1")] >= 0.5) & (mm[bi_, b, ..., ix("S1")] >= 0.5)
+            assert x["heads"] == int(ok.sum())
+            assert x["actual"] == pytest.approx(mm[ci, b, ..., ix("L1")][ok].mean())
+            assert x["our"] == pytest.approx(mm[ci, b, ..., ix("theta_hat")][ok].mean())
+            assert x["prev"] == pytest.approx(mm[bi_, b, ..., col][ok].mean())
+            # MATH.md §3: theta_hat <= theta_rel at every query where S1 >= 1/2 (up to
+            # rounding) for the valid readings; the others fall below it somewhere
+            q = mq[bi_, b]                                     # [layer, head, query, metric]
+            holds = q[..., ix("S1")] >= 0.5
+            slack = (q[..., col] - q[..., ix("theta_hat")])[holds]
+            below = np.mean(slack < -1e-9 * q[..., ix("C")][holds])
+            assert x["prev_below_our"] == pytest.approx(below)
+            if r["is_bound"]:
+                assert (slack >= -1e-6 * q[..., ix("C")][holds]).all(), r["nu_min"]
+                assert x["prev_below_our"] == 0
+    md = P.to_markdown(rows, ("10%", "20%"))
+    assert md.count("\n") == 2 + 1 + len(rows) and "paper, Llama-3.1-8B" in md
+
+
+def test_model_facts_match_file(outs):
+    """analysis.paper.model_facts: the sink's share of the smallest nu and Figure 6's
+    numbers, recomputed from the metric columns."""
+    from analysis import paper as P
+    mm, _, names = h5mean(outs / "bound.h5")
+    ix = names.index
+    f = open_ckv(outs / "bound.h5")
+    facts = P.model_facts(f, "20%")
+    for crit, base in f.base_pairs:
+        x = facts["pairs"][f"{crit} vs {base}"]
+        q = mm[f.method_index(base), 1]                                  # [layer, head, metric]
+        sink = q[..., ix("theta_rel_all")] > q[..., ix("theta_rel_no_sink")] + 1e-9 * q[..., ix("C")]
+        assert x["sink_is_nu_min"] == pytest.approx(sink.mean())
+        assert x["nu_min_over_C"] == pytest.approx(q[..., ix("nu_min_over_C")].mean())
+        lc, lb = mm[f.method_index(crit), :, ..., ix("L1")], mm[f.method_index(base), :, ..., ix("L1")]
+        for i, lab in enumerate(f.budget_labels):
+            v = x["figure6"][lab]
+            assert v["relative_reduction"] == pytest.approx(1 - lc[i].mean() / lb[i].mean())
+            assert v["head_means_lowered"] == pytest.approx(np.mean(lc[i] < lb[i]))
+    assert "Figure 6" in P.facts_markdown(facts)

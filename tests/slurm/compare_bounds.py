@@ -55,9 +55,10 @@ def compare_csv(pa, pb, errors):
         errors.append(f"CSV: header or row count differs ({len(rows_a)} vs {len(rows_b)} lines)")
         return
     for i, (a, b) in enumerate(zip(rows_a[1:], rows_b[1:]), start=2):
-        # record, method, budget, layer, head, kv_head, n_query: exact; then the metrics.
-        if a[:7] != b[:7] or not close([float(x) for x in a[7:]], [float(x) for x in b[7:]]):
-            errors.append(f"CSV line {i} differs: {a[:7]} vs {b[:7]}")
+        # record, method, budget, layer, head, kv_head, n_query, eval, compress,
+        # nu_min_reading, below_window: exact; then the metrics.
+        if a[:11] != b[:11] or not close([float(x) for x in a[11:]], [float(x) for x in b[11:]]):
+            errors.append(f"CSV line {i} differs: {a[:11]} vs {b[:11]}")
             return
 
 

@@ -211,7 +211,8 @@ ts "run2: shard 1 rerun alone ($array_job), merge $merge_job completed; merged =
 
 # --- 4. a 2-shard `ckv bound` array + merge == one `ckv bound` process --------------------
 bargs=(bound -m "$model" --input "$W/niah.jsonl" --layers "0,29" --budgets 0.1,0.3)
-"$ckv" -q "${bargs[@]}" -t 1 -o "$W/single_bound" >"$W/single_bound.out" 2>&1 ||
+# (no -q: `ckv -q bound` prints no summary, and the Table 9 console is compared below)
+"$ckv" "${bargs[@]}" -t 1 -o "$W/single_bound" >"$W/single_bound.out" 2>&1 ||
   { tail -n 5 "$W/single_bound.out"; fail "single-process ckv bound"; }
 ts "bound reference: 4 records in one process"
 submit -n 2 -d "$W/run3" -- "${bargs[@]}"
