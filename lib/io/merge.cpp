@@ -59,8 +59,13 @@ void copy_attrs(const h5::Object& src, h5::Object& dst) {
     h5::Handle mtype(H5Tget_native_type(ftype.id(), H5T_DIR_DEFAULT));
     if (!a.valid() || !ftype.valid() || !space.valid() || !mtype.valid())
       fail<FormatError>("{}: cannot read attribute \"{}\"", src.where(), name);
+    // A damaged attribute can claim any size: ckv's attributes are far below this bound.
+    constexpr double kMaxAttrBytes = double{size_t{256} << 20};
     const hssize_t n = H5Sget_simple_extent_npoints(space.id());
-    std::vector<char> buffer(static_cast<size_t>(std::max<hssize_t>(n, 1)) * H5Tget_size(mtype.id()));
+    const size_t element = H5Tget_size(mtype.id());
+    if (n < 0 || element == 0 || static_cast<double>(n) * static_cast<double>(element) > kMaxAttrBytes)
+      fail<FormatError>("{}: attribute \"{}\" claims {} elements of {} bytes: damaged", src.where(), name, n, element);
+    std::vector<char> buffer(static_cast<size_t>(std::max<hssize_t>(n, 1)) * element);
     if (H5Aread(a.id(), mtype.id(), buffer.data()) < 0)
       fail<FormatError>("{}: cannot read attribute \"{}\"", src.where(), name);
     if (dst.has_attr(name)) dst.remove_attr(name);

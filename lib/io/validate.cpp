@@ -89,6 +89,11 @@ h5::Dataset dataset(const h5::Group& g, const std::string& name, std::initialize
     bad(ds, "element type {} is not what this schema stores", h5::dtype_name(ds.dtype()));
   bool ok = ds.shape().size() == shape.size();
   for (size_t i = 0; ok && i < shape.size(); ++i) ok = shape[i] < 0 || ds.shape()[i] == shape[i];
+  const std::vector<int64_t> chunk = ds.chunk_shape();
+  for (size_t i = 0; ok && i < chunk.size(); ++i)
+    if (chunk[i] < 1 || chunk[i] > std::max<int64_t>(ds.shape()[i], 1))
+      bad(ds, "chunk shape {} does not fit the shape {} (ckv clips chunks to the data)", shape_text(chunk),
+          shape_text(ds.shape()));
   if (!ok) {
     std::vector<std::string> want;
     for (int64_t d : shape) want.push_back(d < 0 ? "*" : std::to_string(d));
