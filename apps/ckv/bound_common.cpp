@@ -88,7 +88,7 @@ class AnalysisRecorder : public Recorder {
                    ThreadPool& pool, const std::vector<std::map<int64_t, std::vector<std::vector<int64_t>>>>& files)
       : model_(model), blocks_(blocks), rec_(rec), pool_(pool), files_(files) {}
   void on_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) override {
-    const Tensor& wo = model_.weights.layers.at(static_cast<size_t>(layer)).wo;
+    const Tensor wo = model_.weights.layers.at(static_cast<size_t>(layer)).wo.to_f32();
     analyze(layer, q, k, v, wo);
   }
   void analyze(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& wo) {
@@ -261,7 +261,7 @@ int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std
           const h5::Dataset ds = lg.open_dataset(name);
           return Tensor(ds.shape(), ds.read<float>());
         };
-        rc.analyze(l, load("q"), load("k"), load("v"), model.weights.layers.at(static_cast<size_t>(l)).wo);
+        rc.analyze(l, load("q"), load("k"), load("v"), model.weights.layers.at(static_cast<size_t>(l)).wo.to_f32());
       }
       sink.write(rec);
     }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "ops/linear.h"
 #include "ops/mlp.h"
@@ -11,10 +13,11 @@ namespace ckv {
 
 namespace {
 
-void expect_shape(const Tensor& t, std::vector<int64_t> shape, const std::string& name) {
+template <typename Weight>  // Tensor or WeightMatrix
+void expect_shape(const Weight& t, std::vector<int64_t> shape, const std::string& name) {
   if (t.shape() != shape)
-    fail<FormatError>("weight {} has shape {}, the config needs {}", name, t.shape_string(),
-                      Tensor::numel_of(shape) >= 0 ? Tensor(shape).shape_string() : "");
+    fail<FormatError>("weight {} has shape {}, the config needs [{}]", name, t.shape_string(),
+                      fmt::join(shape, ", "));
 }
 
 // x: [seq, heads*d_head] -> out: [heads, seq, d_head] (the recorded, per-head layout).
@@ -100,9 +103,9 @@ ForwardResult Forward::run(std::span<const int32_t> tokens, const ForwardRequest
   check_request(seq, request);
   if (rope_.seq < seq) rope_ = make_rope_table(inv_freq_, seq);
 
-  resid_ = Tensor({seq, c.d_model});
+  resid_ = Tensor({seq, c.d_model});  // each token's embedding row converted to float32
   for (int64_t i = 0; i < seq; ++i)
-    resid_.matrix().row(i) = weights_.token_embd.matrix().row(tokens[static_cast<size_t>(i)]);
+    weights_.token_embd.rows_f32(tokens[static_cast<size_t>(i)], 1, resid_.data() + i * c.d_model);
 
   const float eps = static_cast<float>(c.rms_eps);
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -167,7 +170,7 @@ void Forward::record_head_outputs(int64_t layer, const ForwardRequest& request) 
   const ModelConfig& c = config_;
   const std::vector<int64_t>& rows = request.record.head_out_rows;
   const auto r = static_cast<int64_t>(rows.size());
-  const Tensor& wo = weights_.layers[static_cast<size_t>(layer)].wo;  // [d_model, n_head*d_head]
+  const Tensor wo = weights_.layers[static_cast<size_t>(layer)].wo.to_f32();  // [d_model, n_head*d_head]
   Tensor head_out({c.n_head, r, c.d_model});
   pool_.parallel_for(c.n_head, [&](int64_t h) {
     RowMatrix ctx(r, c.d_head);  // [r, d_head]: head h's attention output at the rows

@@ -4,19 +4,27 @@
 
 namespace ckv {
 
-void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y,
+void linear(const Tensor& x, const WeightMatrix& weight, const Tensor& bias, Tensor& y,
             ThreadPool& pool) {
-  if (x.rank() != 2 || weight.rank() != 2 || x.dim(1) != weight.dim(1))
+  if (x.rank() != 2 || weight.empty() || x.dim(1) != weight.cols())
     fail<InputError>("linear: input {} does not match weight {}", x.shape_string(),
                      weight.shape_string());
-  if (!bias.empty() && bias.numel() != weight.dim(0))
+  if (!bias.empty() && bias.numel() != weight.rows())
     fail<InputError>("linear: bias {} does not match weight {}", bias.shape_string(),
                      weight.shape_string());
   if (&y == &x) fail<InputError>("linear: output must not alias the input");
-  const int64_t rows = x.dim(0), in = x.dim(1), out = weight.dim(0);
+  const int64_t rows = x.dim(0), in = x.dim(1), out = weight.rows();
   if (y.rank() != 2 || y.dim(0) != rows || y.dim(1) != out) y = Tensor({rows, out});
-  detail::linear_cpu(x.data(), in, weight.data(), bias.empty() ? nullptr : bias.data(), y.data(),
-                     out, rows, in, out, pool);
+  detail::linear_cpu(x.data(), in, weight, bias.empty() ? nullptr : bias.data(), y.data(), out,
+                     rows, pool);
+}
+
+void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y,
+            ThreadPool& pool) {
+  if (weight.rank() != 2)
+    fail<InputError>("linear: input {} does not match weight {}", x.shape_string(),
+                     weight.shape_string());
+  linear(x, WeightMatrix::borrow(weight), bias, y, pool);
 }
 
 }  // namespace ckv

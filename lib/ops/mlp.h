@@ -1,6 +1,7 @@
 #pragma once
 // The SiLU-gated MLP of llama and qwen2: y = down(silu(gate(x)) * up(x)).
 #include "core/tensor.h"
+#include "io/weight_matrix.h"
 
 namespace ckv {
 
@@ -9,6 +10,10 @@ class ThreadPool;
 // x: [rows, d_model]; w_gate, w_up: [d_ff, d_model]; w_down: [d_model, d_ff];
 // y: [rows, d_model] (resized). gate_scratch and up_scratch are reused buffers, [rows, d_ff]
 // after the call.
+void gated_mlp(const Tensor& x, const WeightMatrix& w_gate, const WeightMatrix& w_up,
+               const WeightMatrix& w_down, Tensor& y, ThreadPool& pool, Tensor& gate_scratch,
+               Tensor& up_scratch);
+// The same with float32 weights (tests).
 void gated_mlp(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down,
                Tensor& y, ThreadPool& pool, Tensor& gate_scratch, Tensor& up_scratch);
 
