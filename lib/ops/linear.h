@@ -14,6 +14,14 @@ class ThreadPool;
 // threads, and equals bit for bit the product with the weight converted to float32 first.
 void linear(const Tensor& x, const WeightMatrix& weight, const Tensor& bias, Tensor& y,
             ThreadPool& pool);
+// Rows [begin, begin+count) of x [rows, in] only: y [count, out] (resized). What a caller
+// that works in row chunks uses, so that its outputs exist for one chunk at a time.
+void linear_rows(const Tensor& x, int64_t begin, int64_t count, const WeightMatrix& weight,
+                 const Tensor& bias, Tensor& y, ThreadPool& pool);
+// Rows per chunk where the forward pass and the MLP bound their activations: the
+// [chunk, d_ff] MLP intermediates and [chunk, n_head*d_head] projections replace
+// [seq, ...] ones (docs/PERF.md). A sequence of at most this many rows is one chunk.
+inline constexpr int64_t kLinearRowChunk = 1024;
 // The same with a float32 weight [out, in] (tests, analysis).
 void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y, ThreadPool& pool);
 
