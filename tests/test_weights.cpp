@@ -9,12 +9,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <numeric>
 #include <random>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/quant.h"
+#include "io/weight_check.h"
 #include "io/weight_matrix.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -116,6 +118,36 @@ TEST(WeightMatrix, RejectsBadShapesAndMaps) {
   EXPECT_THROW(w.set_row_map({0, 2}), FormatError);
   std::vector<float> out(256);
   EXPECT_THROW(w.rows_f32(1, 2, out.data()), InputError);
+}
+
+// Non-finite weights are found in the stored form: exactly for F32/F16/BF16, by the block
+// scales for the block formats, with the element index in HF order (row map applied).
+TEST(WeightMatrix, FindsNonFiniteValuesWithoutConverting) {
+  const int64_t rows = 4, cols = 512;
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                  DType::Q4_K, DType::Q6_K}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    std::vector<uint8_t> bytes = random_blocks(t, rows, cols, 9);
+    EXPECT_EQ(first_non_finite(WeightMatrix::view(t, rows, cols, bytes, nullptr)), -1);
+    // Stored row 2, second block (or element 300 for the plain types): a NaN/inf scale.
+    const int64_t row_bytes = static_cast<int64_t>(storage_bytes(t, cols));
+    const int64_t be = block_elements(t), bb = block_bytes(t);
+    const int64_t elem = be == 1 ? 300 : be;  // first element the damage reaches
+    uint8_t* at = bytes.data() + 2 * row_bytes + (be == 1 ? 300 * bb : bb) + (t == DType::Q6_K ? 208 : 0);
+    if (t == DType::F32) {
+      const float inf = std::numeric_limits<float>::infinity();
+      std::memcpy(at, &inf, 4);
+    } else if (t == DType::BF16) {
+      at[0] = 0xC0, at[1] = 0x7F;  // NaN
+    } else {
+      at[0] = 0x00, at[1] = 0x7C;  // f16 +inf as the (first) scale
+    }
+    WeightMatrix w = WeightMatrix::view(t, rows, cols, bytes, nullptr);
+    EXPECT_EQ(first_non_finite(w), 2 * cols + elem);
+    EXPECT_THROW(check_finite("w", w), FormatError);
+    w.set_row_map({3, 2, 1, 0});  // stored row 2 is HF row 1
+    EXPECT_EQ(first_non_finite(w), cols + elem);
+  }
 }
 
 // The tiled linear against the product with the weight dequantised first, for every stored

@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "io/gguf.h"
+#include "io/weight_check.h"
 #include "io/safetensors.h"
 #include "io/tensor_names.h"
 #include "model/model.h"
@@ -116,6 +118,13 @@ void load_weights(const std::shared_ptr<const TensorSource>& src, const NameFn& 
       fail<FormatError>("{}: tensor '{}': {}", source, job.file_name, e.what());
     }
   }
+  // A NaN or infinity in a matrix is refused at load, from its stored form (block scales
+  // for the quantised types): one read of the file, no conversion.
+  ThreadPool pool(0);
+  pool.parallel_for(static_cast<int64_t>(jobs.size()), [&](int64_t i) {
+    const Job& job = jobs[static_cast<size_t>(i)];
+    if (job.mat != nullptr) check_finite(fmt::format("{}: tensor '{}'", source, job.file_name), *job.mat);
+  });
 }
 
 // llama.cpp's converter stores the rows of each llama q/k head interleaved (MODELS.md):
