@@ -81,7 +81,7 @@ double physical_gap(const Model& m, const Keep& keep, const EvictionPlan& plan, 
   double worst = 0;
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const Keep::Layer& L = keep.layers.at(l);
-    const Tensor& wo = m.weights.layers[static_cast<size_t>(l)].wo;
+    const Tensor wo = m.weights.layers[static_cast<size_t>(l)].wo.to_f32();
     for (int64_t h = 0; h < c.n_head; ++h) {
       const int64_t g = h / group;
       const std::vector<char> ev = plan.evicted_flags(l, g);

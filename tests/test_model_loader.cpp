@@ -38,6 +38,10 @@ void expect_bit_equal(const ckv::Tensor& a, const ckv::Tensor& b, const std::str
   EXPECT_EQ(differ, 0) << what << ": " << differ << " of " << a.numel() << " elements differ";
 }
 
+void expect_bit_equal(const ckv::WeightMatrix& a, const ckv::WeightMatrix& b, const std::string& what) {
+  expect_bit_equal(a.to_f32(), b.to_f32(), what);
+}
+
 void expect_same_weights(const ckv::ModelWeights& a, const ckv::ModelWeights& b, bool biases) {
   expect_bit_equal(a.token_embd, b.token_embd, "token_embd");
   expect_bit_equal(a.output_norm, b.output_norm, "output_norm");
@@ -132,7 +136,10 @@ TEST(ModelLoader, TinyLlamaGgufEqualsSafetensors) {
   // The file really is permuted, so equality below tests the un-permutation.
   const ckv::GgufFile raw(kDir / "tiny_llama.gguf");
   const ckv::Tensor stored_q = raw.load_f32("blk.0.attn_q.weight");
-  EXPECT_NE(0, std::memcmp(stored_q.data(), hf.weights.layers[0].wq.data(), 4 * 32 * 32));
+  EXPECT_NE(0, std::memcmp(stored_q.data(), hf.weights.layers[0].wq.to_f32().data(), 4 * 32 * 32));
+  // The GGUF q/k are views of the file with a row map, not float32 copies.
+  EXPECT_TRUE(gg.weights.layers[0].wq.has_row_map());
+  EXPECT_FALSE(hf.weights.layers[0].wq.has_row_map());
   expect_same_weights(hf.weights, gg.weights, /*biases=*/false);
 
   const ckv::SafetensorsFile biases(kDir / "tiny_llama_biases.safetensors");
@@ -190,7 +197,7 @@ TEST(ModelLoader, DefaultModelQkMatchTransformers) {
     SCOPED_TRACE(key);
     const auto layer = static_cast<size_t>(std::stoi(key.substr(0, key.find('.'))));
     const bool is_q = key.ends_with("q_proj");
-    const ckv::Tensor& w = is_q ? m.weights.layers.at(layer).wq : m.weights.layers.at(layer).wk;
+    const ckv::Tensor w = (is_q ? m.weights.layers.at(layer).wq : m.weights.layers.at(layer).wk).to_f32();
     const auto cols = slice.at("columns").get<std::vector<int64_t>>();
     const auto bits = slice.at("f32_bits").get<std::vector<int32_t>>();
     ASSERT_EQ(bits.size(), static_cast<size_t>(w.dim(0)) * cols.size());
@@ -227,6 +234,22 @@ TEST(ModelLoader, UnsupportedArchitecture) {
   ScratchDir rope;
   rope.tiny_llama([](nlohmann::json& c) { c["rope_parameters"]["rope_type"] = "yarn"; });
   expect_load_error<ckv::UnsupportedError>(rope.path(), "rope type 'yarn'");
+  // A sliding window shorter than the context is refused, never computed as full attention;
+  // a null window (Mistral v0.3) or one that covers the context is full attention.
+  ScratchDir window;
+  window.tiny_llama([](nlohmann::json& c) {
+    c["model_type"] = "mistral";
+    c["sliding_window"] = 16;
+  });
+  expect_load_error<ckv::UnsupportedError>(window.path(), "sliding-window attention (sliding_window 16)");
+  for (const nlohmann::json& covering : {nlohmann::json(nullptr), nlohmann::json(1 << 20)}) {
+    ScratchDir full;
+    full.tiny_llama([&](nlohmann::json& c) {
+      c["model_type"] = "mistral";
+      c["sliding_window"] = covering;
+    });
+    EXPECT_NO_THROW(ckv::load_model(full.path()));
+  }
 }
 
 TEST(ModelLoader, ConfigAndShapeMismatches) {

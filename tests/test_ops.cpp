@@ -150,5 +150,43 @@ TEST(GatedMlp, MatchesFormula) {
   EXPECT_LT(max_abs_diff(y.span(), ref), 1e-4);
 }
 
+// Long inputs go through the MLP in row chunks (issue 12, item 8): the intermediates are
+// [kLinearRowChunk, d_ff], not [rows, d_ff], and every row equals the one-pass composition
+// (full-height linear, silu*up, linear), bit for bit on this machine's Eigen.
+TEST(GatedMlp, RowChunksBoundScratchAndMatchOnePass) {
+  const int64_t rows = 2 * kLinearRowChunk + 37, d_model = 64, d_ff = 96;
+  const Tensor x = random_tensor({rows, d_model}, 13), g = random_tensor({d_ff, d_model}, 14, 0.3f),
+               u = random_tensor({d_ff, d_model}, 15, 0.3f), d = random_tensor({d_model, d_ff}, 16, 0.3f);
+  ThreadPool pool(2);
+  Tensor y, s1, s2;
+  gated_mlp(x, g, u, d, y, pool, s1, s2);
+  EXPECT_EQ(s1.dim(0), 37);  // the last chunk's rows: never more than kLinearRowChunk
+  Tensor gate, up, want;
+  linear(x, g, Tensor(), gate, pool);
+  linear(x, u, Tensor(), up, pool);
+  detail::silu_mul_cpu(gate.data(), up.data(), gate.numel(), pool);
+  linear(gate, d, Tensor(), want, pool);
+  ASSERT_EQ(y.shape(), want.shape());
+  double worst = 0, scale = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    worst = std::max(worst, double{std::abs(y.data()[i] - want.data()[i])});
+    scale = std::max(scale, double{std::abs(want.data()[i])});
+  }
+  EXPECT_LE(worst, 1e-6 * scale);
+  RecordProperty("max_abs_diff", std::to_string(worst));
+}
+
+TEST(Linear, RowRangeEqualsThoseRowsOfTheFullProduct) {
+  const Tensor x = random_tensor({50, 32}, 17), w = random_tensor({40, 32}, 18);
+  ThreadPool pool(2);
+  Tensor full, part;
+  linear(x, w, Tensor(), full, pool);
+  linear_rows(x, 10, 25, WeightMatrix::borrow(w), Tensor(), part, pool);
+  ASSERT_EQ(part.shape(), (std::vector<int64_t>{25, 40}));
+  for (int64_t r = 0; r < 25; ++r)
+    for (int64_t o = 0; o < 40; ++o) EXPECT_NEAR(part.data()[r * 40 + o], full.data()[(r + 10) * 40 + o], 1e-5);
+  EXPECT_THROW(linear_rows(x, 40, 11, WeightMatrix::borrow(w), Tensor(), part, pool), InputError);
+}
+
 }  // namespace
 }  // namespace ckv

@@ -143,7 +143,7 @@ class AnalysisRecorder : public Recorder {
                    const Collectors* collectors = nullptr)
       : model_(model), blocks_(blocks), rec_(rec), pool_(pool), files_(files), collectors_(collectors) {}
   void on_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) override {
-    const Tensor& wo = model_.weights.layers.at(static_cast<size_t>(layer)).wo;
+    const Tensor wo = model_.weights.layers.at(static_cast<size_t>(layer)).wo.to_f32();
     analyze(layer, q, k, v, wo);
   }
   void analyze(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& wo) {
@@ -397,7 +397,7 @@ int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std
       AnalysisRecorder rc(model, blocks, rec, pool, files, &collectors);
       for (int64_t l : layers) {
         const Tensor q = load(l, "q"), k = load(l, "k"), v = load(l, "v");
-        rc.analyze(l, q, k, v, model.weights.layers.at(static_cast<size_t>(l)).wo);
+        rc.analyze(l, q, k, v, model.weights.layers.at(static_cast<size_t>(l)).wo.to_f32());
       }
       sink.write(rec);
     }

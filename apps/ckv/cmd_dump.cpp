@@ -104,7 +104,7 @@ class ItemWriter {
   void write_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) {
     rec_.write_qkv(layer, q, k, v);
     if (s_.what.nu_l1 || s_.what.nu_l2) {
-      const Tensor& wo = model_.weights.layers.at(static_cast<size_t>(layer)).wo;
+      const Tensor wo = model_.weights.layers.at(static_cast<size_t>(layer)).wo.to_f32();
       const auto start = std::chrono::steady_clock::now();
       ValueNorms nu = value_norms(v, wo, model_.config.n_head, s_.heads,
                                   {.l1 = s_.what.nu_l1, .l2 = s_.what.nu_l2}, &pool_);

@@ -10,7 +10,7 @@ DefensiveCollector::DefensiveCollector(const ModelWeights& weights, int64_t n_he
     : weights_(weights), n_head_(n_head), c_(c), params_(params), pool_(pool) {}
 
 void DefensiveCollector::on_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) {
-  const Tensor& wo = weights_.layers.at(static_cast<size_t>(layer)).wo;  // [d_model, n_head*d_head]
+  const Tensor wo = weights_.layers.at(static_cast<size_t>(layer)).wo.to_f32();  // [d_model, n_head*d_head]
   const ValueNorms nu = value_norms(v, wo, n_head_, {}, {.l1 = true, .l2 = false}, pool_);
   const LayerTensors t{.q = &q, .k = &k, .v = &v, .wo = &wo, .nu_l1 = &nu.l1, .nu_l2 = nullptr};
   LayerRequest r;

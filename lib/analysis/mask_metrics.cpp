@@ -91,7 +91,7 @@ void MaskCapture::on_qkv(int64_t layer, const Tensor& q, const Tensor& k, const 
   k_ = k;
   if (options_.verify_physical) v_ = v;
   if (options_.nu) {
-    const Tensor& wo = weights_.layers[static_cast<size_t>(layer)].wo;
+    const Tensor wo = weights_.layers[static_cast<size_t>(layer)].wo.to_f32();  // [d_model, n_head*d_head]
     ValueNorms norms = value_norms(v, wo, config_.n_head, {}, {.l1 = true, .l2 = false}, options_.pool);
     Tensor out({config_.n_head, c_});  // [n_head, c]
     for (int64_t h = 0; h < config_.n_head; ++h)
@@ -120,7 +120,7 @@ void MaskCapture::on_head_outputs(int64_t layer, std::span<const int64_t>, const
   const int64_t seq = k_.dim(1), d = cf.d_head, group = cf.n_head / cf.n_kv_head;
   const bool masked = plan_ != nullptr && !plan_->empty();
   Tensor s({cf.n_head, n_eval()});  // [n_head, n_eval]
-  const Tensor& wo = weights_.layers[static_cast<size_t>(layer)].wo;  // [d_model, n_head*d_head]
+  const Tensor wo = weights_.layers[static_cast<size_t>(layer)].wo.to_f32();  // [d_model, n_head*d_head]
   const Tensor& rec = attn[static_cast<size_t>(layer)];              // [n_head, n_eval, seq] A'
   const int64_t len = n_eval() > 0 ? *std::max_element(eval_rows_.begin(), eval_rows_.end()) + 1 : 0;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));

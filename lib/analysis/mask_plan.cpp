@@ -254,7 +254,7 @@ method_mask_source(const ModelConfig& config, const ModelWeights& weights, const
   return [&config, &weights, req, plan, needs_nu](int64_t layer, const Tensor& q, const Tensor& k,
                                                   const Tensor& v, std::vector<AttentionMaskSpan>& spans) {
     if (std::find(req.layers.begin(), req.layers.end(), layer) == req.layers.end()) return;
-    const Tensor& wo = weights.layers[static_cast<size_t>(layer)].wo;  // [d_model, n_head*d_head]
+    const Tensor wo = weights.layers[static_cast<size_t>(layer)].wo.to_f32();  // [d_model, n_head*d_head]
     // Only criticalkv and defensivekv rank by nu; for the others zeros stand in (selection_inputs reads
     // it), which saves a [seq, d_model] product per head and layer.
     const ValueNorms nu = needs_nu ? value_norms(v, wo, config.n_head, {}, {.l1 = true, .l2 = false}, req.pool)

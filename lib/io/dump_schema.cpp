@@ -190,7 +190,7 @@ DumpFile DumpFile::create(const std::filesystem::path& path, const Provenance& p
   write_model_attrs(file.create_group("model"), model, model_sha256);
   if (settings.what.wo) {
     for (int64_t l : settings.layers) {
-      const Tensor& wo = model.weights.layers.at(static_cast<size_t>(l)).wo;  // [d_model, n_head*d_head]
+      const Tensor wo = model.weights.layers.at(static_cast<size_t>(l)).wo.to_f32();  // [d_model, n_head*d_head]
       // float32 always, contiguous: the exact weights that nu was computed from.
       h5::Dataset ds = file.create_dataset(fmt::format("model/layers/{}/W_O", l), h5::DType::F32, wo.shape());
       ds.set_dims({"d_model", "head_d_head"});

@@ -395,6 +395,12 @@ Tensor GgufFile::load_f32(std::string_view name) const {
   return out;
 }
 
+std::span<const uint8_t> GgufFile::stored_bytes(std::string_view name) const {
+  const TensorInfo* t = find(name);
+  if (t == nullptr) fail<FormatError>("{}: no tensor '{}'", path().string(), name);
+  return file_.bytes().subspan(t->offset, t->nbytes);
+}
+
 std::optional<std::string> GgufFile::get_string(std::string_view key) const {
   auto it = metadata_.find(key);
   if (it == metadata_.end()) return std::nullopt;

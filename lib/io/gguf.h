@@ -33,6 +33,7 @@ class GgufFile final : public TensorSource {
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
   const TensorInfo* find(std::string_view name) const override;
   Tensor load_f32(std::string_view name) const override;
+  std::span<const uint8_t> stored_bytes(std::string_view name) const override;
 
   uint32_t version() const { return version_; }
   const std::filesystem::path& path() const { return file_.path(); }

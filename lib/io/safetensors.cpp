@@ -181,6 +181,12 @@ Tensor SafetensorsFile::load_f32(std::string_view name) const {
   return out;
 }
 
+std::span<const uint8_t> SafetensorsFile::stored_bytes(std::string_view name) const {
+  const TensorInfo* t = find(name);
+  if (t == nullptr) fail<FormatError>("{}: no tensor '{}'", file_.path().string(), name);
+  return file_.bytes().subspan(t->offset, t->nbytes);
+}
+
 std::map<std::string, std::string> parse_safetensors_index(std::string_view json_text,
                                                            const std::string& source) {
   const nlohmann::json j = parse_json(json_text, source, "index");
@@ -249,6 +255,12 @@ Tensor SafetensorsDir::load_f32(std::string_view name) const {
   auto it = owner_.find(name);
   if (it == owner_.end()) fail<FormatError>("{}: no tensor '{}'", dir_.string(), name);
   return shards_[it->second]->load_f32(name);
+}
+
+std::span<const uint8_t> SafetensorsDir::stored_bytes(std::string_view name) const {
+  auto it = owner_.find(name);
+  if (it == owner_.end()) fail<FormatError>("{}: no tensor '{}'", dir_.string(), name);
+  return shards_[it->second]->stored_bytes(name);
 }
 
 }  // namespace ckv

@@ -23,6 +23,7 @@ class SafetensorsFile final : public TensorSource {
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
   const TensorInfo* find(std::string_view name) const override;
   Tensor load_f32(std::string_view name) const override;
+  std::span<const uint8_t> stored_bytes(std::string_view name) const override;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
@@ -47,6 +48,7 @@ class SafetensorsDir final : public TensorSource {
   const std::vector<TensorInfo>& tensors() const override { return tensors_; }
   const TensorInfo* find(std::string_view name) const override;
   Tensor load_f32(std::string_view name) const override;
+  std::span<const uint8_t> stored_bytes(std::string_view name) const override;
 
  private:
   std::filesystem::path dir_;

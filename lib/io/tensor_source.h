@@ -3,6 +3,7 @@
 // Loaders translate these file-specific names to the canonical table (io/tensor_names.h).
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,9 @@ class TensorSource {
   // The tensor dequantised/converted to float32 with TensorInfo::shape. Throws FormatError
   // naming the file and tensor when absent or malformed.
   virtual Tensor load_f32(std::string_view name) const = 0;
+  // The tensor's stored bytes (TensorInfo::nbytes of them) inside the mapped file: valid
+  // while this source lives. Throws FormatError naming the file and tensor when absent.
+  virtual std::span<const uint8_t> stored_bytes(std::string_view name) const = 0;
 };
 
 }  // namespace ckv

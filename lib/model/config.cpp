@@ -156,6 +156,15 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& sour
   if (qwen && bool_field(j, "use_sliding_window", source, false)) {
     fail<UnsupportedError>("{}: qwen2 sliding-window attention is not supported", source);
   }
+  // Mistral v0.1 attends to a window of 4096 keys; ckv computes full causal attention, which
+  // equals it only while the window covers the whole context. Refuse rather than compute
+  // full attention silently (qwen2 writes a window but enables it by use_sliding_window).
+  if (const auto it = j.find("sliding_window");
+      !qwen && it != j.end() && !it->is_null() &&
+      (!it->is_number_integer() || it->get<int64_t>() < c.context_length)) {
+    fail<UnsupportedError>("{}: sliding-window attention (sliding_window {}) is not supported",
+                           source, it->dump());
+  }
   return c;
 }
 
@@ -209,6 +218,9 @@ ModelConfig config_from_gguf(const GgufFile& gguf) {
   } else if (const TensorInfo* embd = gguf.find(gguf_name(WeightKind::TokenEmbd))) {
     c.vocab = embd->shape.empty() ? 0 : embd->shape[0];
   }
+  if (const auto w = gguf.get_int(key("attention.sliding_window")); w && *w > 0 && *w < c.context_length)
+    fail<UnsupportedError>("{}: sliding-window attention ({} {}) is not supported", source,
+                           key("attention.sliding_window"), *w);
   c.tied_embeddings = gguf.find(gguf_name(WeightKind::Output)) == nullptr;
   c.attention_bias =
       c.arch == Architecture::Qwen2 || gguf.find(gguf_name(WeightKind::AttnQBias, 0)) != nullptr;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "ops/linear.h"
 #include "ops/mlp.h"
@@ -11,20 +13,25 @@ namespace ckv {
 
 namespace {
 
-void expect_shape(const Tensor& t, std::vector<int64_t> shape, const std::string& name) {
+template <typename Weight>  // Tensor or WeightMatrix
+void expect_shape(const Weight& t, std::vector<int64_t> shape, const std::string& name) {
   if (t.shape() != shape)
-    fail<FormatError>("weight {} has shape {}, the config needs {}", name, t.shape_string(),
-                      Tensor::numel_of(shape) >= 0 ? Tensor(shape).shape_string() : "");
+    fail<FormatError>("weight {} has shape {}, the config needs [{}]", name, t.shape_string(),
+                      fmt::join(shape, ", "));
 }
 
-// x: [seq, heads*d_head] -> out: [heads, seq, d_head] (the recorded, per-head layout).
-void split_heads(const Tensor& x, int64_t heads, int64_t d_head, Tensor& out) {
-  const int64_t seq = x.dim(0);
-  if (out.shape() != std::vector<int64_t>{heads, seq, d_head}) out = Tensor({heads, seq, d_head});
+// x: [count, heads*d_head], rows [begin, begin+count) of the sequence -> those rows of
+// out: [heads, seq, d_head] (the recorded, per-head layout).
+void split_heads(const Tensor& x, int64_t begin, int64_t heads, int64_t d_head, Tensor& out) {
+  const int64_t count = x.dim(0), seq = out.dim(1);
   for (int64_t h = 0; h < heads; ++h)
-    for (int64_t s = 0; s < seq; ++s)
+    for (int64_t s = 0; s < count; ++s)
       std::copy_n(x.data() + s * heads * d_head + h * d_head, d_head,
-                  out.data() + (h * seq + s) * d_head);
+                  out.data() + (h * seq + begin + s) * d_head);
+}
+
+void ensure_shape(Tensor& t, std::vector<int64_t> shape) {
+  if (t.shape() != shape) t = Tensor(std::move(shape));
 }
 
 void check_rows(std::span<const int64_t> rows, int64_t seq, const char* what) {
@@ -100,9 +107,9 @@ ForwardResult Forward::run(std::span<const int32_t> tokens, const ForwardRequest
   check_request(seq, request);
   if (rope_.seq < seq) rope_ = make_rope_table(inv_freq_, seq);
 
-  resid_ = Tensor({seq, c.d_model});
+  resid_ = Tensor({seq, c.d_model});  // each token's embedding row converted to float32
   for (int64_t i = 0; i < seq; ++i)
-    resid_.matrix().row(i) = weights_.token_embd.matrix().row(tokens[static_cast<size_t>(i)]);
+    weights_.token_embd.rows_f32(tokens[static_cast<size_t>(i)], 1, resid_.data() + i * c.d_model);
 
   const float eps = static_cast<float>(c.rms_eps);
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -144,12 +151,21 @@ void Forward::check_layer_finite(int64_t layer) const {
 void Forward::attention_block(int64_t layer, const ForwardRequest& request, bool record) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
-  linear(normed_, w.wq, w.bq, q_lin_, pool_);  // [seq, n_head*d_head]
-  linear(normed_, w.wk, w.bk, k_lin_, pool_);  // [seq, n_kv_head*d_head]
-  linear(normed_, w.wv, w.bv, v_lin_, pool_);  // [seq, n_kv_head*d_head]
-  split_heads(q_lin_, c.n_head, c.d_head, q_);
-  split_heads(k_lin_, c.n_kv_head, c.d_head, k_);
-  split_heads(v_lin_, c.n_kv_head, c.d_head, v_);
+  const int64_t seq = normed_.dim(0);
+  ensure_shape(q_, {c.n_head, seq, c.d_head});
+  ensure_shape(k_, {c.n_kv_head, seq, c.d_head});
+  ensure_shape(v_, {c.n_kv_head, seq, c.d_head});
+  // In row chunks: the projection of one chunk at a time ([chunk, n_head*d_head]), moved
+  // into the per-head layout.
+  for (int64_t begin = 0; begin < seq; begin += kLinearRowChunk) {
+    const int64_t count = std::min(kLinearRowChunk, seq - begin);
+    linear_rows(normed_, begin, count, w.wq, w.bq, proj_, pool_);  // [count, n_head*d_head]
+    split_heads(proj_, begin, c.n_head, c.d_head, q_);
+    linear_rows(normed_, begin, count, w.wk, w.bk, proj_, pool_);  // [count, n_kv_head*d_head]
+    split_heads(proj_, begin, c.n_kv_head, c.d_head, k_);
+    linear_rows(normed_, begin, count, w.wv, w.bv, proj_, pool_);  // [count, n_kv_head*d_head]
+    split_heads(proj_, begin, c.n_kv_head, c.d_head, v_);
+  }
   apply_rope(q_, rope_);
   apply_rope(k_, rope_);
   if (record && request.record.qkv) request.recorder->on_qkv(layer, q_, k_, v_);
@@ -178,7 +194,7 @@ void Forward::record_head_outputs(int64_t layer, const ForwardRequest& request) 
   const ModelConfig& c = config_;
   const std::vector<int64_t>& rows = request.record.head_out_rows;
   const auto r = static_cast<int64_t>(rows.size());
-  const Tensor& wo = weights_.layers[static_cast<size_t>(layer)].wo;  // [d_model, n_head*d_head]
+  const Tensor wo = weights_.layers[static_cast<size_t>(layer)].wo.to_f32();  // [d_model, n_head*d_head]
   Tensor head_out({c.n_head, r, c.d_model});
   pool_.parallel_for(c.n_head, [&](int64_t h) {
     RowMatrix ctx(r, c.d_head);  // [r, d_head]: head h's attention output at the rows

@@ -85,11 +85,11 @@ class Forward {
   // Scratch reused across layers and runs.
   Tensor resid_;                  // [seq, d_model]
   Tensor normed_;                 // [seq, d_model]
-  Tensor q_lin_, k_lin_, v_lin_;  // [seq, n_head*d_head], [seq, n_kv_head*d_head] x2
+  Tensor proj_;                   // [chunk, n_head*d_head]: one row chunk's q, k or v projection
   Tensor q_, k_, v_;              // [n_head|n_kv_head, seq, d_head]
   Tensor context_;                // [seq, n_head*d_head]
   Tensor block_out_;              // [seq, d_model]
-  Tensor gate_, up_;              // [seq, d_ff]
+  Tensor gate_, up_;              // [chunk, d_ff] (chunk = min(seq, kLinearRowChunk))
   Tensor probs_;                  // [n_head, r, seq]
   RopeTable rope_;
 };

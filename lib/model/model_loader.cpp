@@ -1,6 +1,7 @@
-// load_model: a GGUF file or an HF safetensors directory to float32 weights in HF layout.
-// File names go through the canonical table (io/tensor_names.h); every tensor's shape is
-// checked against the config before it is read; GGUF's llama Q/K row permutation is undone.
+// load_model: a GGUF file or an HF safetensors directory to weights in HF layout, the
+// matrices kept in their stored dtype in the memory-mapped file. File names go through the
+// canonical table (io/tensor_names.h); every tensor's shape is checked against the config
+// before it is read; GGUF's llama Q/K row permutation is undone by a row map.
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/gguf.h"
+#include "io/weight_check.h"
 #include "io/safetensors.h"
 #include "io/tensor_names.h"
 #include "model/model.h"
@@ -55,74 +57,95 @@ std::vector<int64_t> expected_shape(WeightKind kind, const ModelConfig& c) {
   return {};
 }
 
-struct WeightJob {
-  Tensor* dst;
-  std::string file_name;
-  std::vector<int64_t> shape;
-};
-
-// Lists every tensor the config calls for, checks presence and shape in table order (so the
-// first problem reported is deterministic), then reads them in parallel.
-void load_weights(const TensorSource& src, const NameFn& name_of, const ModelConfig& c,
-                  const std::string& source, ModelWeights& w) {
-  std::vector<WeightJob> jobs;
-  auto add = [&](Tensor* dst, WeightKind kind, int64_t layer) {
-    jobs.push_back({dst, name_of(kind, layer), expected_shape(kind, c)});
+// Lists every tensor the config calls for and checks presence and shape in table order (so
+// the first problem reported is deterministic). Matrices become views of the mapped file in
+// their stored dtype (`src` stays alive through `owner`); the small vectors are read as
+// float32.
+void load_weights(const std::shared_ptr<const TensorSource>& src, const NameFn& name_of,
+                  const ModelConfig& c, const std::string& source, ModelWeights& w) {
+  struct Job {
+    Tensor* vec = nullptr;        // a small float32 tensor, or
+    WeightMatrix* mat = nullptr;  // a matrix kept in its stored dtype
+    std::string file_name;
+    std::vector<int64_t> shape;
   };
-  add(&w.token_embd, WeightKind::TokenEmbd, 0);
-  add(&w.output_norm, WeightKind::OutputNorm, 0);
-  if (!c.tied_embeddings) add(&w.output, WeightKind::Output, 0);
+  std::vector<Job> jobs;
+  auto add_vec = [&](Tensor* dst, WeightKind kind, int64_t layer) {
+    jobs.push_back({dst, nullptr, name_of(kind, layer), expected_shape(kind, c)});
+  };
+  auto add_mat = [&](WeightMatrix* dst, WeightKind kind, int64_t layer) {
+    jobs.push_back({nullptr, dst, name_of(kind, layer), expected_shape(kind, c)});
+  };
+  add_mat(&w.token_embd, WeightKind::TokenEmbd, 0);
+  add_vec(&w.output_norm, WeightKind::OutputNorm, 0);
+  if (!c.tied_embeddings) add_mat(&w.output, WeightKind::Output, 0);
   w.layers.resize(static_cast<size_t>(c.n_layer));
   for (int64_t l = 0; l < c.n_layer; ++l) {
     LayerWeights& L = w.layers[static_cast<size_t>(l)];
-    add(&L.attn_norm, WeightKind::AttnNorm, l);
-    add(&L.wq, WeightKind::AttnQ, l);
-    add(&L.wk, WeightKind::AttnK, l);
-    add(&L.wv, WeightKind::AttnV, l);
+    add_vec(&L.attn_norm, WeightKind::AttnNorm, l);
+    add_mat(&L.wq, WeightKind::AttnQ, l);
+    add_mat(&L.wk, WeightKind::AttnK, l);
+    add_mat(&L.wv, WeightKind::AttnV, l);
     if (c.attention_bias) {
-      add(&L.bq, WeightKind::AttnQBias, l);
-      add(&L.bk, WeightKind::AttnKBias, l);
-      add(&L.bv, WeightKind::AttnVBias, l);
+      add_vec(&L.bq, WeightKind::AttnQBias, l);
+      add_vec(&L.bk, WeightKind::AttnKBias, l);
+      add_vec(&L.bv, WeightKind::AttnVBias, l);
     }
-    add(&L.wo, WeightKind::AttnOutput, l);
-    add(&L.ffn_norm, WeightKind::FfnNorm, l);
-    add(&L.w_gate, WeightKind::FfnGate, l);
-    add(&L.w_up, WeightKind::FfnUp, l);
-    add(&L.w_down, WeightKind::FfnDown, l);
+    add_mat(&L.wo, WeightKind::AttnOutput, l);
+    add_vec(&L.ffn_norm, WeightKind::FfnNorm, l);
+    add_mat(&L.w_gate, WeightKind::FfnGate, l);
+    add_mat(&L.w_up, WeightKind::FfnUp, l);
+    add_mat(&L.w_down, WeightKind::FfnDown, l);
   }
-  for (const WeightJob& job : jobs) {
-    const TensorInfo* info = src.find(job.file_name);
+  for (const Job& job : jobs) {
+    const TensorInfo* info = src->find(job.file_name);
     if (info == nullptr) fail<FormatError>("{}: missing tensor '{}'", source, job.file_name);
     if (info->shape != job.shape) {
       fail<FormatError>("{}: tensor '{}' has shape [{}], expected [{}] from the config", source,
                         job.file_name, fmt::join(info->shape, ", "), fmt::join(job.shape, ", "));
     }
   }
+  for (const Job& job : jobs) {
+    if (job.vec != nullptr) {
+      *job.vec = src->load_f32(job.file_name);
+      continue;
+    }
+    const TensorInfo& info = *src->find(job.file_name);
+    try {
+      *job.mat = WeightMatrix::view(info.dtype, info.shape[0], info.shape[1],
+                                    src->stored_bytes(job.file_name), src);
+    } catch (const FormatError& e) {
+      fail<FormatError>("{}: tensor '{}': {}", source, job.file_name, e.what());
+    }
+  }
+  // A NaN or infinity in a matrix is refused at load, from its stored form (block scales
+  // for the quantised types): one read of the file, no conversion.
   ThreadPool pool(0);
   pool.parallel_for(static_cast<int64_t>(jobs.size()), [&](int64_t i) {
-    WeightJob& job = jobs[static_cast<size_t>(i)];
-    *job.dst = src.load_f32(job.file_name);
-    check_finite(fmt::format("{}: tensor '{}'", source, job.file_name), job.dst->span());
+    const Job& job = jobs[static_cast<size_t>(i)];
+    if (job.mat != nullptr) check_finite(fmt::format("{}: tensor '{}'", source, job.file_name), *job.mat);
+    else check_finite(fmt::format("{}: tensor '{}'", source, job.file_name), job.vec->span());
   });
 }
 
 // llama.cpp's converter stores the rows of each llama q/k head interleaved (MODELS.md):
-// GGUF row h*d_head + 2i + j holds HF row h*d_head + j*d_head/2 + i. Works for a weight
-// [heads*d_head, d_model] and for a bias [heads*d_head] alike (a bias row has one column).
-void unpermute_rows(Tensor& t, int64_t n_heads, int64_t d_head) {
-  if (t.empty()) return;
-  const int64_t cols = t.numel() / (n_heads * d_head);
+// GGUF row h*d_head + 2i + j holds HF row h*d_head + j*d_head/2 + i.
+std::vector<int32_t> unpermute_map(int64_t n_heads, int64_t d_head) {
   const int64_t half = d_head / 2;
+  std::vector<int32_t> map(static_cast<size_t>(n_heads * d_head));  // HF row -> GGUF row
+  for (int64_t h = 0; h < n_heads; ++h)
+    for (int64_t i = 0; i < half; ++i)
+      for (int64_t j = 0; j < 2; ++j)
+        map[static_cast<size_t>(h * d_head + j * half + i)] = static_cast<int32_t>(h * d_head + 2 * i + j);
+  return map;
+}
+
+// The same permutation applied to a bias [heads*d_head] (a row of one column).
+void unpermute_bias(Tensor& t, int64_t n_heads, int64_t d_head) {
+  if (t.empty()) return;
+  const std::vector<int32_t> map = unpermute_map(n_heads, d_head);
   std::vector<float> out(t.storage().size());
-  for (int64_t h = 0; h < n_heads; ++h) {
-    for (int64_t i = 0; i < half; ++i) {
-      for (int64_t j = 0; j < 2; ++j) {
-        const int64_t gguf_row = h * d_head + 2 * i + j;
-        const int64_t hf_row = h * d_head + j * half + i;
-        std::copy_n(t.data() + gguf_row * cols, cols, out.data() + hf_row * cols);
-      }
-    }
-  }
+  for (size_t r = 0; r < map.size(); ++r) out[r] = t.data()[map[r]];
   t.storage() = std::move(out);
 }
 
@@ -136,18 +159,21 @@ void fill_source_info(const TensorSource& src, const std::filesystem::path& path
 
 Model load_gguf(const std::filesystem::path& path) {
   const std::string source = path.string();
-  const GgufFile gguf(path);
+  const auto file = std::make_shared<const GgufFile>(path);
+  const GgufFile& gguf = *file;
   Model m;
   m.config = config_from_gguf(gguf);
   m.config.validate(source);
   load_weights(
-      gguf, [](WeightKind k, int64_t l) { return gguf_name(k, l); }, m.config, source, m.weights);
+      file, [](WeightKind k, int64_t l) { return gguf_name(k, l); }, m.config, source, m.weights);
   if (m.config.arch == Architecture::Llama) {
+    const std::vector<int32_t> q_map = unpermute_map(m.config.n_head, m.config.d_head);
+    const std::vector<int32_t> k_map = unpermute_map(m.config.n_kv_head, m.config.d_head);
     for (LayerWeights& L : m.weights.layers) {
-      unpermute_rows(L.wq, m.config.n_head, m.config.d_head);
-      unpermute_rows(L.bq, m.config.n_head, m.config.d_head);
-      unpermute_rows(L.wk, m.config.n_kv_head, m.config.d_head);
-      unpermute_rows(L.bk, m.config.n_kv_head, m.config.d_head);
+      L.wq.set_row_map(q_map);
+      unpermute_bias(L.bq, m.config.n_head, m.config.d_head);
+      L.wk.set_row_map(k_map);
+      unpermute_bias(L.bk, m.config.n_kv_head, m.config.d_head);
     }
   }
   const std::string rope_name = gguf_name(WeightKind::RopeFreqs);
@@ -178,13 +204,13 @@ Model load_hf_dir(const std::filesystem::path& dir) {
   Model m;
   m.config = config_from_hf_json(j, config_path.string());
   m.config.validate(config_path.string());
-  const SafetensorsDir weights(dir);
+  const auto weights = std::make_shared<const SafetensorsDir>(dir);
   load_weights(
       weights, [](WeightKind k, int64_t l) { return hf_name(k, l); }, m.config, dir.string(),
       m.weights);
   const std::filesystem::path tokenizer_path = dir / "tokenizer.json";
   if (std::filesystem::exists(tokenizer_path)) m.tokenizer = tokenizer_from_json(tokenizer_path);
-  fill_source_info(weights, dir, m);
+  fill_source_info(*weights, dir, m);
   return m;
 }
 

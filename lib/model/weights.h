@@ -1,36 +1,44 @@
 #pragma once
-// Weights of a llama/qwen2 decoder in float32, HF layout (GGUF's llama Q/K row permutation
-// already undone). Shapes use the project vocabulary: d_model, n_head, n_kv_head, d_head,
-// d_ff, vocab.
+// Weights of a llama/qwen2 decoder in HF layout (GGUF's llama Q/K row permutation undone by
+// a row map). The matrices stay in their stored dtype, viewed in the memory-mapped file
+// (io/weight_matrix.h); the small vectors (norms, biases, rope factors) are float32. Shapes
+// use the project vocabulary: d_model, n_head, n_kv_head, d_head, d_ff, vocab.
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/weight_matrix.h"
 
 namespace ckv {
 
 struct LayerWeights {
-  Tensor attn_norm;  // [d_model]
-  Tensor wq;         // [n_head*d_head, d_model]
-  Tensor wk;         // [n_kv_head*d_head, d_model]
-  Tensor wv;         // [n_kv_head*d_head, d_model]
-  Tensor bq;         // [n_head*d_head] or empty
-  Tensor bk;         // [n_kv_head*d_head] or empty
-  Tensor bv;         // [n_kv_head*d_head] or empty
-  Tensor wo;         // [d_model, n_head*d_head]
-  Tensor ffn_norm;   // [d_model]
-  Tensor w_gate;     // [d_ff, d_model]
-  Tensor w_up;       // [d_ff, d_model]
-  Tensor w_down;     // [d_model, d_ff]
+  Tensor attn_norm;     // [d_model]
+  WeightMatrix wq;      // [n_head*d_head, d_model]
+  WeightMatrix wk;      // [n_kv_head*d_head, d_model]
+  WeightMatrix wv;      // [n_kv_head*d_head, d_model]
+  Tensor bq;            // [n_head*d_head] or empty
+  Tensor bk;            // [n_kv_head*d_head] or empty
+  Tensor bv;            // [n_kv_head*d_head] or empty
+  WeightMatrix wo;      // [d_model, n_head*d_head]
+  Tensor ffn_norm;      // [d_model]
+  WeightMatrix w_gate;  // [d_ff, d_model]
+  WeightMatrix w_up;    // [d_ff, d_model]
+  WeightMatrix w_down;  // [d_model, d_ff]
 };
 
 struct ModelWeights {
-  Tensor token_embd;             // [vocab, d_model]
-  Tensor output_norm;            // [d_model]
-  Tensor output;                 // [vocab, d_model]; empty when tied to token_embd
+  WeightMatrix token_embd;               // [vocab, d_model]
+  Tensor output_norm;                    // [d_model]
+  WeightMatrix output;                   // [vocab, d_model]; empty when tied to token_embd
   std::vector<float> rope_freq_factors;  // [d_head/2] divisors of inv_freq, empty if none
   std::vector<LayerWeights> layers;
 
-  const Tensor& lm_head() const { return output.empty() ? token_embd : output; }
+  const WeightMatrix& lm_head() const { return output.empty() ? token_embd : output; }
+  // Bytes of the matrices in their stored dtype (the mapped part of the model).
+  uint64_t matrix_bytes() const;
 };
+
+// A copy of w with every matrix converted to owned float32 (the float32-at-load form that
+// ckv used before weights kept their dtype; tests compare the two paths).
+ModelWeights dequantized_copy(const ModelWeights& w);
 
 }  // namespace ckv

@@ -4,19 +4,37 @@
 
 namespace ckv {
 
-void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y,
-            ThreadPool& pool) {
-  if (x.rank() != 2 || weight.rank() != 2 || x.dim(1) != weight.dim(1))
+void linear_rows(const Tensor& x, int64_t begin, int64_t count, const WeightMatrix& weight,
+                 const Tensor& bias, Tensor& y, ThreadPool& pool) {
+  if (x.rank() != 2 || weight.empty() || x.dim(1) != weight.cols())
     fail<InputError>("linear: input {} does not match weight {}", x.shape_string(),
                      weight.shape_string());
-  if (!bias.empty() && bias.numel() != weight.dim(0))
+  if (begin < 0 || count < 0 || begin + count > x.dim(0))
+    fail<InputError>("linear: rows [{}, {}) outside input {}", begin, begin + count, x.shape_string());
+  if (!bias.empty() && bias.numel() != weight.rows())
     fail<InputError>("linear: bias {} does not match weight {}", bias.shape_string(),
                      weight.shape_string());
   if (&y == &x) fail<InputError>("linear: output must not alias the input");
-  const int64_t rows = x.dim(0), in = x.dim(1), out = weight.dim(0);
-  if (y.rank() != 2 || y.dim(0) != rows || y.dim(1) != out) y = Tensor({rows, out});
-  detail::linear_cpu(x.data(), in, weight.data(), bias.empty() ? nullptr : bias.data(), y.data(),
-                     out, rows, in, out, pool);
+  const int64_t in = x.dim(1), out = weight.rows();
+  if (y.rank() != 2 || y.dim(0) != count || y.dim(1) != out) y = Tensor({count, out});
+  detail::linear_cpu(x.data() + begin * in, in, weight, bias.empty() ? nullptr : bias.data(),
+                     y.data(), out, count, pool);
+}
+
+void linear(const Tensor& x, const WeightMatrix& weight, const Tensor& bias, Tensor& y,
+            ThreadPool& pool) {
+  if (x.rank() != 2)
+    fail<InputError>("linear: input {} does not match weight {}", x.shape_string(),
+                     weight.shape_string());
+  linear_rows(x, 0, x.dim(0), weight, bias, y, pool);
+}
+
+void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y,
+            ThreadPool& pool) {
+  if (weight.rank() != 2)
+    fail<InputError>("linear: input {} does not match weight {}", x.shape_string(),
+                     weight.shape_string());
+  linear(x, WeightMatrix::borrow(weight), bias, y, pool);
 }
 
 }  // namespace ckv

@@ -1,21 +1,42 @@
 #include "ops/mlp.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "ops/linear.h"
 
 namespace ckv {
 
-void gated_mlp(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down,
-               Tensor& y, ThreadPool& pool, Tensor& gate_scratch, Tensor& up_scratch) {
-  if (w_gate.shape() != w_up.shape() || w_down.rank() != 2 || w_gate.rank() != 2 ||
-      w_down.dim(0) != w_gate.dim(1) || w_down.dim(1) != w_gate.dim(0))
+void gated_mlp(const Tensor& x, const WeightMatrix& w_gate, const WeightMatrix& w_up,
+               const WeightMatrix& w_down, Tensor& y, ThreadPool& pool, Tensor& gate_scratch,
+               Tensor& up_scratch) {
+  if (w_gate.shape() != w_up.shape() || w_down.rows() != w_gate.cols() ||
+      w_down.cols() != w_gate.rows())
     fail<InputError>("gated_mlp: gate {}, up {}, down {} do not fit together",
                      w_gate.shape_string(), w_up.shape_string(), w_down.shape_string());
+  if (x.rank() != 2 || x.dim(1) != w_gate.cols())
+    fail<InputError>("gated_mlp: input {} does not match gate {}", x.shape_string(), w_gate.shape_string());
+  if (&y == &x) fail<InputError>("gated_mlp: output must not alias the input");
+  const int64_t rows = x.dim(0), d_model = w_down.rows(), d_ff = w_down.cols();
+  if (y.rank() != 2 || y.dim(0) != rows || y.dim(1) != d_model) y = Tensor({rows, d_model});
   const Tensor no_bias;
-  linear(x, w_gate, no_bias, gate_scratch, pool);  // [rows, d_ff]
-  linear(x, w_up, no_bias, up_scratch, pool);      // [rows, d_ff]
-  detail::silu_mul_cpu(gate_scratch.data(), up_scratch.data(), gate_scratch.numel(), pool);
-  linear(gate_scratch, w_down, no_bias, y, pool);  // [rows, d_model]
+  for (int64_t begin = 0; begin < rows; begin += kLinearRowChunk) {
+    const int64_t count = std::min(kLinearRowChunk, rows - begin);
+    linear_rows(x, begin, count, w_gate, no_bias, gate_scratch, pool);  // [count, d_ff]
+    linear_rows(x, begin, count, w_up, no_bias, up_scratch, pool);      // [count, d_ff]
+    detail::silu_mul_cpu(gate_scratch.data(), up_scratch.data(), gate_scratch.numel(), pool);
+    detail::linear_cpu(gate_scratch.data(), d_ff, w_down, nullptr, y.data() + begin * d_model, d_model,
+                       count, pool);  // y rows [begin, begin+count)
+  }
+}
+
+void gated_mlp(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down,
+               Tensor& y, ThreadPool& pool, Tensor& gate_scratch, Tensor& up_scratch) {
+  if (w_gate.rank() != 2 || w_up.rank() != 2 || w_down.rank() != 2)
+    fail<InputError>("gated_mlp: gate {}, up {}, down {} do not fit together",
+                     w_gate.shape_string(), w_up.shape_string(), w_down.shape_string());
+  gated_mlp(x, WeightMatrix::borrow(w_gate), WeightMatrix::borrow(w_up), WeightMatrix::borrow(w_down),
+            y, pool, gate_scratch, up_scratch);
 }
 
 }  // namespace ckv

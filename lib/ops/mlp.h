@@ -1,14 +1,20 @@
 #pragma once
 // The SiLU-gated MLP of llama and qwen2: y = down(silu(gate(x)) * up(x)).
 #include "core/tensor.h"
+#include "io/weight_matrix.h"
 
 namespace ckv {
 
 class ThreadPool;
 
 // x: [rows, d_model]; w_gate, w_up: [d_ff, d_model]; w_down: [d_model, d_ff];
-// y: [rows, d_model] (resized). gate_scratch and up_scratch are reused buffers, [rows, d_ff]
-// after the call.
+// y: [rows, d_model] (resized). Rows are processed in chunks of kLinearRowChunk, so the
+// reused buffers gate_scratch and up_scratch are [min(rows, kLinearRowChunk), d_ff], not
+// [rows, d_ff] (4 GiB at 32K tokens of an 8B model).
+void gated_mlp(const Tensor& x, const WeightMatrix& w_gate, const WeightMatrix& w_up,
+               const WeightMatrix& w_down, Tensor& y, ThreadPool& pool, Tensor& gate_scratch,
+               Tensor& up_scratch);
+// The same with float32 weights (tests).
 void gated_mlp(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down,
                Tensor& y, ThreadPool& pool, Tensor& gate_scratch, Tensor& up_scratch);
 
