@@ -21,6 +21,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fuzz_h5_readers.h"
@@ -76,6 +77,7 @@ struct Layout {
   std::vector<std::string> groups;    // "/", "/records", ...
   std::vector<std::string> datasets;  // "/records/0/layers/0/q", ...
   std::vector<std::string> attr_names;
+  std::vector<std::pair<std::string, std::string>> attrs;  // (object, attribute) as found
 };
 
 herr_t visit(hid_t obj, const char* name, const H5O_info_t* info, void* data) {
@@ -87,8 +89,10 @@ herr_t visit(hid_t obj, const char* name, const H5O_info_t* info, void* data) {
   if (o < 0) return 0;
   for (hsize_t i = 0; i < info->num_attrs; ++i) {
     char attr[256];
-    if (H5Aget_name_by_idx(o, ".", H5_INDEX_NAME, H5_ITER_NATIVE, i, attr, sizeof attr, H5P_DEFAULT) > 0)
+    if (H5Aget_name_by_idx(o, ".", H5_INDEX_NAME, H5_ITER_NATIVE, i, attr, sizeof attr, H5P_DEFAULT) > 0) {
       layout->attr_names.push_back(attr);
+      layout->attrs.emplace_back(path, attr);
+    }
   }
   H5Oclose(o);
   return 0;
@@ -296,6 +300,40 @@ void poke_values(FuzzedDataProvider& in, hid_t file, const std::string& path) {
   H5Dclose(ds);
 }
 
+// Changes one element of an existing integer attribute near its value (record sizes such
+// as n_tokens and context_end, layer and head lists, shard numbers), keeping its type.
+// Other attributes get a new value of any type.
+void perturb_attr(FuzzedDataProvider& in, hid_t obj, const std::string& name) {
+  const hid_t a = H5Aopen(obj, name.c_str(), H5P_DEFAULT);
+  if (a < 0) return;
+  const hid_t type = H5Aget_type(a), space = H5Aget_space(a);
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  const bool integer = H5Tget_class(type) == H5T_INTEGER && n > 0 && n <= 4096;
+  std::vector<int64_t> v(integer ? static_cast<size_t>(n) : 0);
+  const bool read = integer && H5Aread(a, H5T_NATIVE_INT64, v.data()) >= 0;
+  H5Aclose(a);
+  if (read) {
+    int64_t& x = v[in.ConsumeIntegralInRange<size_t>(0, v.size() - 1)];
+    switch (in.ConsumeIntegralInRange(0, 5)) {
+      case 0: x += 1; break;
+      case 1: x -= 1; break;
+      case 2: x *= 2; break;
+      case 3: x = -x; break;
+      case 4: x += in.ConsumeIntegralInRange<int64_t>(-64, 64); break;
+      default: x = interesting_int(in); break;
+    }
+    H5Adelete(obj, name.c_str());
+    const hid_t b = H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
+    if (b >= 0) {
+      H5Awrite(b, H5T_NATIVE_INT64, v.data());
+      H5Aclose(b);
+    }
+  }
+  H5Tclose(type);
+  H5Sclose(space);
+  if (!read) write_attr(in, obj, name);
+}
+
 std::string parent_of(const std::string& path) {
   const auto at = path.rfind('/');
   return at == 0 ? "/" : path.substr(0, at);
@@ -306,7 +344,16 @@ void mutate(FuzzedDataProvider& in, hid_t file, const Layout& l) {
   objects.insert(objects.end(), l.datasets.begin(), l.datasets.end());
   const int edits = in.ConsumeIntegralInRange(1, 6);
   for (int e = 0; e < edits && in.remaining_bytes() > 0; ++e) {
-    switch (in.ConsumeIntegralInRange(0, 8)) {
+    switch (in.ConsumeIntegralInRange(0, 9)) {
+      case 9: {  // change an existing attribute
+        if (l.attrs.empty()) break;
+        const auto& [path, name] = pick(in, l.attrs);
+        const hid_t o = H5Oopen(file, path.c_str(), H5P_DEFAULT);
+        if (o < 0) break;
+        perturb_attr(in, o, name);
+        H5Oclose(o);
+        break;
+      }
       case 0:
       case 1: {  // set an attribute (existing name or any name seen in the file)
         const hid_t o = H5Oopen(file, pick(in, objects).c_str(), H5P_DEFAULT);
