@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan + UBSan) in build-fuzz and runs each for the
-# given number of seconds, seeding its corpus from the small valid files in tests/data.
+# given number of seconds.
 #   scripts/fuzz.sh [SECONDS_PER_TARGET=60] [TARGET...]
-# Targets: gguf safetensors safetensors_index config_json tokenizer_gguf tokenize_text. Corpora grow in fuzz/corpus/,
+# Targets (fuzz/CMakeLists.txt), all by default:
+#   parsers  gguf safetensors safetensors_index config_json tokenizer_gguf tokenize_text
+#   inputs   records selection_file cli
+#   outputs  h5_info h5_merge h5_bound_dump h5_mutate
+# The parsers' corpora are seeded from the small valid files in tests/data; the others'
+# from real ckv runs by scripts/fuzz_corpus.sh (run here when fuzz/corpus/templates is
+# missing; it needs a built ckv, $CKV_BINARY or build/ckv). Corpora grow in fuzz/corpus/,
 # crashing inputs land in fuzz/artifacts/ (both git-ignored). Prints runs and crashes per
 # target; exits non-zero when any target crashed.
 set -euo pipefail
@@ -10,13 +16,21 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 seconds=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(gguf safetensors safetensors_index config_json tokenizer_gguf tokenize_text)
+all=(gguf safetensors safetensors_index config_json tokenizer_gguf tokenize_text records selection_file cli
+     h5_info h5_merge h5_bound_dump h5_mutate)
+((${#targets[@]})) || targets=("${all[@]}")
+for t in "${targets[@]}"; do
+  [[ " ${all[*]} " == *" $t "* ]] || { echo "fuzz.sh: unknown target '$t' (known: ${all[*]})" >&2; exit 2; }
+done
 build=${CKV_FUZZ_BUILD_DIR:-$root/build-fuzz}
 jobs=${CKV_FUZZ_BUILD_JOBS:-2}
 
 cmake -S "$root" -B "$build" -DCKV_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
   -DCKV_CUDA=OFF -DCKV_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j "$jobs" --target $(printf 'fuzz_%s ' "${targets[@]}") >/dev/null
+if [[ ! -d $root/fuzz/corpus/templates ]] && [[ " ${targets[*]} " =~ \ (records|selection_file|cli|h5_[a-z_]+)\  ]]; then
+  "$root/scripts/fuzz_corpus.sh"
+fi
 
 data=$root/tests/data/loaders
 seeds() {
@@ -29,7 +43,14 @@ seeds() {
     tokenize_text) printf '%s\n' "$root"/tests/data/tokenizers/golden_hf.json ;;
   esac
 }
-dict() { case $1 in gguf | tokenizer_gguf) echo "$root/fuzz/gguf.dict" ;; *) echo "$root/fuzz/json.dict" ;; esac; }
+dict() {
+  case $1 in
+    gguf | tokenizer_gguf) echo "-dict=$root/fuzz/gguf.dict" ;;
+    cli) echo "-dict=$root/fuzz/corpus/cli.dict" ;;
+    h5_*) ;;
+    *) echo "-dict=$root/fuzz/json.dict" ;;
+  esac
+}
 
 status=0
 summary=()
@@ -41,9 +62,13 @@ for t in "${targets[@]}"; do
   log=$build/fuzz_$t.log
   before=$(find "$artifacts" -type f | wc -l)
   set +e
-  # -max_len covers the largest seed (the tiny GGUF models are ~60 KB).
-  "$build/fuzz/fuzz_$t" "$corpus" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 \
-    -timeout=10 -dict="$(dict "$t")" -artifact_prefix="$artifacts/" -print_final_stats=1 \
+  # -max_len covers the largest seed (the tiny GGUF models are ~60 KB, the HDF5 outputs of
+  # fuzz_corpus.sh up to ~200 KB); h5_mutate's inputs are edit lists.
+  max_len=65536
+  case $t in h5_info | h5_merge | h5_bound_dump) max_len=262144 ;; h5_mutate) max_len=4096 ;; esac
+  # shellcheck disable=SC2046
+  "$build/fuzz/fuzz_$t" "$corpus" -max_total_time="$seconds" -max_len=$max_len -rss_limit_mb=2048 \
+    -timeout=10 $(dict "$t") -artifact_prefix="$artifacts/" -print_final_stats=1 \
     >"$log" 2>&1
   rc=$?
   set -e

@@ -27,6 +27,10 @@ struct GlobalOptions {
 void add_model_options(CLI::App& cmd, GlobalOptions& g);  // --model, --device, --threads
 void add_device_option(CLI::App& cmd, GlobalOptions& g);  // --device cpu (the only one)
 
+// The command line: global flags and every subcommand registered on `app`, with `g` bound
+// to the global options (it must outlive `app`). app.parse() then runs the subcommand.
+void build_app(CLI::App& app, GlobalOptions& g);
+
 void register_info(CLI::App& app, GlobalOptions& g);
 void register_forward(CLI::App& app, GlobalOptions& g);
 void register_dump(CLI::App& app, GlobalOptions& g);

@@ -1,6 +1,8 @@
 // ckv: KV-cache eviction as output perturbation. This file builds the command line; each
 // subcommand lives in its own cmd_<name>.cpp with an options struct, a register function
 // and a run function. Library errors are printed here as one line with a non-zero exit.
+// build_app() is the whole command line without main(): the fuzz targets (fuzz/) compile
+// this file with CKV_APP_NO_MAIN and parse argv through the same app.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -70,17 +72,12 @@ int fail_with(int code, const char* kind, std::string message) {
   return code;
 }
 
-}  // namespace ckv::app
-
-int main(int argc, char** argv) {
-  using namespace ckv::app;
-  CLI::App app{"ckv: KV-cache eviction seen as output perturbation (CriticalKV analysis)", "ckv"};
+void build_app(CLI::App& app, GlobalOptions& g) {
+  app.description("ckv: KV-cache eviction seen as output perturbation (CriticalKV analysis)");
+  app.name("ckv");
   app.set_version_flag("--version", fmt::format("ckv {} ({})", ckv::kVersion, ckv::kGitCommit));
   app.require_subcommand(1);
   app.fallthrough();  // global flags (-q, --progress) are accepted after the subcommand too
-  GlobalOptions g;
-  g.argc = argc;
-  g.argv = argv;
   app.add_flag("-q,--quiet", g.quiet, "No progress output (the default when stderr is not a terminal)");
   app.add_flag("--progress", g.progress, "Show progress even when stderr is not a terminal");
   register_info(app, g);
@@ -91,6 +88,18 @@ int main(int argc, char** argv) {
   register_merge(app, g);
   register_bound(app, g);
   register_check(app, g);
+}
+
+}  // namespace ckv::app
+
+#ifndef CKV_APP_NO_MAIN
+int main(int argc, char** argv) {
+  using namespace ckv::app;
+  CLI::App app;
+  GlobalOptions g;
+  g.argc = argc;
+  g.argv = argv;
+  build_app(app, g);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -112,3 +121,4 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+#endif
