@@ -104,7 +104,8 @@ TEST(Placebo, TooStrictToleranceFindsNoneAndReportsTheClosest) {
 
 TEST(Placebo, BadRequests) {
   const std::vector<double> w = weights(30);
-  PlaceboRequest r = request(w);
+  PlaceboRequest r = request(weights(200));  // request() reads entries 40..45: build it on 200,
+  r.c = 30;                                   // then cut the context to w's 30 entries
   r.exclude = {};
   r.target = 0;
   EXPECT_THROW(draw_placebos(w, r), InputError);

@@ -49,7 +49,8 @@ TEST(Quant, ManifestCoversEveryType) {
 }
 
 TEST(Quant, BitEqualToGgufPackage) {
-  for (const auto& e : manifest().at("types")) {
+  const nlohmann::json m = manifest();  // kept alive: the loop iterates into it
+  for (const auto& e : m.at("types")) {
     const std::string name = e.at("type").get<std::string>();
     SCOPED_TRACE(name);
     const ckv::DType t = dtype_of(name);

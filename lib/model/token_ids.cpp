@@ -28,10 +28,9 @@ std::vector<int32_t> parse_token_ids(std::string_view text, std::string_view sou
     int64_t value = 0;
     bool ok = !entry.empty() && entry.size() <= 12;
     for (char c : entry) {
-      if (c < '0' || c > '9')
-        ok = false;
-      else
-        value = value * 10 + (c - '0');
+      if (c < '0' || c > '9') ok = false;
+      if (!ok) break;  // also stops before an over-long entry could overflow value
+      value = value * 10 + (c - '0');
     }
     if (!ok)
       fail<InputError>("{}: '{}' (entry {}) is not a non-negative integer token id", source, entry,
