@@ -17,7 +17,7 @@ Matrices are N(0, std^2) with std = 0.02 * sqrt(4096 / fan_in) — a scale that 
 residual stream of a random model finite over 32 layers; norms are 1 + N(0, 0.02^2).
 
   make_random_model.py --config bench/configs/llama-3.1-8b.json --format q4_k \
-      -o /work/models-big/llama-3.1-8b.q4_k.gguf
+      -o out/models/llama-3.1-8b.q4_k.gguf
   make_random_model.py --config CONFIG --format bf16 -o DIR [--set num_hidden_layers=2]
   make_random_model.py --self-check     # Q4_K/Q8_0 encoders against gguf-py's dequantiser
 
