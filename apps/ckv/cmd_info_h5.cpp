@@ -28,6 +28,20 @@ struct KindSize {
   int64_t raw_bytes = 0;   // uncompressed
 };
 
+// The file's provenance attributes among `keys` (strings, or integers where stored so).
+nlohmann::ordered_json provenance_json(const h5::File& f, std::initializer_list<const char*> keys) {
+  nlohmann::ordered_json prov;
+  for (const char* key : keys) {
+    if (!f.has_attr(key)) continue;
+    try {
+      prov[key] = f.attr_string(key);
+    } catch (const FormatError&) {
+      prov[key] = f.attr_int(key);
+    }
+  }
+  return prov;
+}
+
 std::string human(int64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double x = static_cast<double>(bytes);
@@ -74,17 +88,9 @@ void info_output(const std::string& path, const h5::File& f, const OutputSummary
   j["schema"] = summary.schema;
   j["schema_version"] = f.attr_int("schema_version");
   if (!summary.kind.empty()) j["kind"] = summary.kind;
-  nlohmann::ordered_json prov;
-  for (const char* key : {"ckv_version", "git_commit", "created", "command_line", "model_path", "model_sha256",
-                          "input_file", "input_sha256", "shard", "input_records", "threads", "device", "hostname",
-                          "user", "merge_command_line", "merged_at"}) {
-    if (!f.has_attr(key)) continue;
-    try {
-      prov[key] = f.attr_string(key);
-    } catch (const FormatError&) {
-      prov[key] = f.attr_int(key);
-    }
-  }
+  const nlohmann::ordered_json prov = provenance_json(f, {"ckv_version", "git_commit", "created", "command_line", "model_path",
+                                         "model_sha256", "input_file", "input_sha256", "shard", "input_records",
+                                         "threads", "device", "hostname", "user", "merge_command_line", "merged_at"});
   j["provenance"] = prov;
   for (const char* key : {"methods", "alphas"})
     if (f.has_attr(key)) j[key] = f.attr_strings(key);
@@ -149,16 +155,9 @@ void info_dump(const std::string& path, bool json) {
   j["file"] = path;
   j["size_bytes"] = std::filesystem::file_size(path);
   j["schema_version"] = f.attr_int("schema_version");
-  nlohmann::ordered_json prov;
-  for (const char* key : {"ckv_version", "git_commit", "created", "command_line", "model_path", "model_sha256",
-                          "input_file", "input_sha256", "dtype", "threads", "device", "hostname", "user"}) {
-    if (!f.has_attr(key)) continue;
-    try {
-      prov[key] = f.attr_string(key);
-    } catch (const FormatError&) {
-      prov[key] = f.attr_int(key);
-    }
-  }
+  const nlohmann::ordered_json prov = provenance_json(f, {"ckv_version", "git_commit", "created", "command_line", "model_path",
+                                         "model_sha256", "input_file", "input_sha256", "dtype", "threads", "device",
+                                         "hostname", "user"});
   j["provenance"] = prov;
   if (f.has_attr("resumed")) j["resumed"] = f.attr_json("resumed");
   const h5::Group m = f.open_group("model");
