@@ -1,6 +1,7 @@
-// ckv forward: one forward pass over a prompt; prints the greedy continuation and
-// per-layer statistics of the last prompt position. Also the timing entry point of
-// bench/bench_prefill.py (--repeats, --timing-json, --record-all).
+// ckv forward: one forward pass over a prompt; prints the greedy continuation (decoded over
+// the KV cache the prefill fills) and per-layer statistics of the last prompt position. Also
+// the timing entry point of bench/bench_prefill.py and bench/bench_decode.py (--repeats,
+// --timing-json, --record-all, --ignore-eos).
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -13,6 +14,7 @@
 
 #include "common.h"
 #include "core/error.h"
+#include "model/decode.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "prompt_input.h"
@@ -24,7 +26,9 @@ constexpr const char* kBuiltinPrompt = "What is the capital of France? Answer in
 
 struct ForwardCmdOptions {
   PromptOptions input;
-  int generate = 8;       // greedy tokens to generate after the prompt
+  int generate = 8;       // greedy tokens to generate after the prompt (--max-new-tokens)
+  std::vector<std::string> stop;  // stop strings
+  bool ignore_eos = false;
   int top = 5;            // candidates shown for the first next token
   int repeats = 1;        // prefill repetitions (timing)
   bool timing_json = false;
@@ -80,10 +84,6 @@ class CopyingRecorder : public Recorder {
   Tensor q_, k_, v_, p_, r_;
 };
 
-int32_t argmax(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
 std::string show_token(const Tokenizer* tok, int32_t id) {
   return tok ? fmt::format("{:?}", tok->token_text(id)) : fmt::format("#{}", id);
 }
@@ -104,16 +104,33 @@ void run_timing(const ForwardCmdOptions& o, Forward& forward, const std::vector<
     return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
   };
   std::vector<double> seconds, cpu_seconds;
+  KvCache cache(forward.config());
+  ForwardResult last;
   for (int i = 0; i < o.repeats; ++i) {
+    cache.truncate(0);
+    request.cache = o.generate > 0 ? &cache : nullptr;  // the decode below continues the last prefill
     const double cpu_start = cpu_now();
     auto start = std::chrono::steady_clock::now();
-    forward.run(ids, request);
+    last = forward.run(ids, request);
     seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     cpu_seconds.push_back(cpu_now() - cpu_start);
   }
   nlohmann::json j = {{"tokens", ids.size()},          {"threads", forward.threads()},
                       {"record_all", o.record_all},    {"prefill_seconds", seconds},
                       {"prefill_cpu_seconds", cpu_seconds}};
+  if (o.generate > 0) {
+    // Decoding over the cache: every step feeds one token (the first is predicted by the
+    // prefill's last row, so N tokens take N - 1 steps of the model).
+    const double cpu_start = cpu_now();
+    auto start = std::chrono::steady_clock::now();
+    DecodeOptions decode;
+    decode.max_new_tokens = o.generate;  // EOS ignored: every run decodes the same count
+    const Decoded d = greedy_decode(forward, cache, last.logits.span(), decode);
+    j["decode_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    j["decode_cpu_seconds"] = cpu_now() - cpu_start;
+    j["decode_tokens"] = d.tokens.size();
+    j["decode_steps"] = d.tokens.empty() ? 0 : d.tokens.size() - 1;
+  }
   fmt::print("{}\n", j.dump());
 }
 
@@ -130,6 +147,8 @@ void run_forward(const ForwardCmdOptions& o, const GlobalOptions& g) {
   request.record.attn_rows = {seq - 1};
   request.record.residual = true;
   request.recorder = &stats;
+  KvCache cache(model.config);
+  request.cache = &cache;
 
   auto start = std::chrono::steady_clock::now();
   ForwardResult first = forward.run(ids, request);
@@ -156,27 +175,27 @@ void run_forward(const ForwardCmdOptions& o, const GlobalOptions& g) {
   }
   fmt::print("\n");
 
-  // Greedy continuation: each step reruns the sequence (no KV cache yet) and reads only the
-  // last row's logits.
-  std::vector<int32_t> generated;
-  std::vector<int32_t> seq_ids = ids;
-  int32_t next = argmax(logits);
+  // Greedy continuation over the KV cache the prefill filled: one new row per step.
+  const auto decode_start = std::chrono::steady_clock::now();
   Progress progress("generate", o.generate, "tokens", g.progress_mode());
-  for (int i = 0; i < o.generate; ++i) {
-    generated.push_back(next);
-    progress.advance();
-    if (tok && next == tok->eos_id()) break;
-    if (i + 1 == o.generate) break;
-    seq_ids.push_back(next);
-    if (model.config.context_length > 0 && static_cast<int64_t>(seq_ids.size()) >= model.config.context_length) break;
-    next = argmax(forward.run(seq_ids).logits.span());
-  }
+  const Decoded decoded = greedy_decode(forward, cache, logits,
+                                       {.max_new_tokens = o.generate,
+                                        .eos_id = tok && !o.ignore_eos ? tok->eos_id() : -1,
+                                        .stop_strings = o.stop,
+                                        .tokenizer = tok,
+                                        .on_token = [&] { progress.advance(); }});
   progress.finish();
+  const double decode = std::chrono::duration<double>(std::chrono::steady_clock::now() - decode_start).count();
+  const std::vector<int32_t>& generated = decoded.tokens;
   if (o.generate > 0) {
     std::vector<std::string> shown;
     for (int32_t id : generated) shown.push_back(show_token(tok, id));
     fmt::print("greedy        {}\n", fmt::join(shown, " "));
-    if (tok) fmt::print("continuation  {:?}\n", tok->decode(generated));
+    if (tok) fmt::print("continuation  {:?}\n", decoded.text);
+    fmt::print("stopped       {} after {} tokens; decode {:.3f} s ({:.1f} tokens/s, KV cache {:.1f} MiB)\n",
+               decoded.stop, generated.size(), decode,
+               generated.size() > 1 ? static_cast<double>(generated.size() - 1) / decode : 0.0,
+               static_cast<double>(cache.bytes()) / (1024.0 * 1024.0));
   }
 
   fmt::print("\nper layer, last prompt position (attention averaged over {} heads):\n",
@@ -198,13 +217,17 @@ void register_forward(CLI::App& app, GlobalOptions& g) {
       "forward", "Run the model over a prompt: greedy next tokens and per-layer statistics");
   add_model_options(*cmd, g);
   add_prompt_options(*cmd, o->input);
-  cmd->add_option("-n,--generate", o->generate, "Greedy tokens to generate")
+  cmd->add_option("-n,--generate,--max-new-tokens", o->generate,
+                  "Greedy tokens to generate over the KV cache (stops earlier at EOS or a --stop string)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--stop", o->stop, "Stop generating once the text contains this string (repeatable)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Generate past the end-of-sequence token (benchmarks)");
   cmd->add_option("--top", o->top, "Candidates shown for the next token")->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "Prefill repetitions (with --timing-json)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--timing-json", o->timing_json,
-                "Only time the prefill --repeats times and print JSON (for benchmarks)");
+                "Only time the prefill --repeats times, then --generate tokens of decoding (EOS "
+                "ignored), and print JSON (for benchmarks)");
   cmd->add_flag("--record-all", o->record_all,
                 "With --timing-json: record Q/K/V, the last attention row and the residual of "
                 "every layer, as a dump does");

@@ -88,53 +88,116 @@ void Forward::check_request(int64_t seq, const ForwardRequest& request) const {
   check_rows(rec.attn_rows, seq, "attention rows");
   check_rows(rec.head_out_rows, seq, "head output rows");
   check_rows(request.logit_rows, seq, "logit rows");
+  if (request.cache != nullptr &&
+      (request.cache->n_layer() != config_.n_layer || request.cache->n_kv_head() != config_.n_kv_head ||
+       request.cache->d_head() != config_.d_head || request.cache->next_position() != 0))
+    fail<InputError>("forward: the KV cache to fill must be empty and of the model's shape");
   for (const auto& [layer, spans] : request.mask)
     if (layer < 0 || layer >= config_.n_layer)
       fail<InputError>("attention mask: layer {} outside the model's {} layers", layer,
                        config_.n_layer);
 }
 
+void Forward::check_tokens(std::span<const int32_t> tokens, int64_t first_position) const {
+  const ModelConfig& c = config_;
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n == 0) fail<InputError>("forward: no tokens");
+  if (c.context_length > 0 && first_position + n > c.context_length)
+    fail<InputError>("forward: {} tokens exceed the model's context of {}", first_position + n, c.context_length);
+  for (int64_t i = 0; i < n; ++i)
+    if (tokens[static_cast<size_t>(i)] < 0 || tokens[static_cast<size_t>(i)] >= c.vocab)
+      fail<InputError>("forward: token id {} at position {} outside the vocabulary [0, {})",
+                       tokens[static_cast<size_t>(i)], first_position + i, c.vocab);
+}
+
+// resid_ [n, d_model]: each token's embedding row converted to float32.
+void Forward::embed(std::span<const int32_t> tokens) {
+  const int64_t d_model = config_.d_model;
+  const auto n = static_cast<int64_t>(tokens.size());
+  resid_ = Tensor({n, d_model});
+  for (int64_t i = 0; i < n; ++i)
+    weights_.token_embd.rows_f32(tokens[static_cast<size_t>(i)], 1, resid_.data() + i * d_model);
+}
+
+// resid_ += MLP(ffn_norm(resid_)).
+void Forward::mlp_block(int64_t layer) {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  rms_norm(resid_, w.ffn_norm, static_cast<float>(config_.rms_eps), normed_);
+  gated_mlp(normed_, w.w_gate, w.w_up, w.w_down, block_out_, pool_, gate_, up_);
+  resid_.matrix() += block_out_.matrix();
+  check_layer_finite(layer);
+}
+
+// The logits of resid_'s rows `rows` after the final norm: [r, vocab].
+ForwardResult Forward::logits(std::span<const int64_t> rows) {
+  const ModelConfig& c = config_;
+  ForwardResult result;
+  result.logit_rows.assign(rows.begin(), rows.end());
+  const auto r = static_cast<int64_t>(rows.size());
+  Tensor last({r, c.d_model});  // [r_logits, d_model]
+  for (int64_t i = 0; i < r; ++i) last.matrix().row(i) = resid_.matrix().row(rows[static_cast<size_t>(i)]);
+  rms_norm(last, weights_.output_norm, static_cast<float>(c.rms_eps), last);
+  linear(last, weights_.lm_head(), Tensor(), result.logits, pool_);
+  return result;
+}
+
 ForwardResult Forward::run(std::span<const int32_t> tokens, const ForwardRequest& request) {
   const ModelConfig& c = config_;
   const auto seq = static_cast<int64_t>(tokens.size());
-  if (seq == 0) fail<InputError>("forward: no tokens");
-  if (c.context_length > 0 && seq > c.context_length)
-    fail<InputError>("forward: {} tokens exceed the model's context of {}", seq, c.context_length);
-  for (int64_t i = 0; i < seq; ++i)
-    if (tokens[static_cast<size_t>(i)] < 0 || tokens[static_cast<size_t>(i)] >= c.vocab)
-      fail<InputError>("forward: token id {} at position {} outside the vocabulary [0, {})",
-                       tokens[static_cast<size_t>(i)], i, c.vocab);
+  check_tokens(tokens, 0);
   check_request(seq, request);
   if (rope_.seq < seq) rope_ = make_rope_table(inv_freq_, seq);
-
-  resid_ = Tensor({seq, c.d_model});  // each token's embedding row converted to float32
-  for (int64_t i = 0; i < seq; ++i)
-    weights_.token_embd.rows_f32(tokens[static_cast<size_t>(i)], 1, resid_.data() + i * c.d_model);
-
-  const float eps = static_cast<float>(c.rms_eps);
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
-    const bool record = !request.record.empty() && request.record.wants_layer(l);
-    rms_norm(resid_, w.attn_norm, eps, normed_);
-    attention_block(l, request, record);
-    resid_.matrix() += block_out_.matrix();
-    rms_norm(resid_, w.ffn_norm, eps, normed_);
-    gated_mlp(normed_, w.w_gate, w.w_up, w.w_down, block_out_, pool_, gate_, up_);
-    resid_.matrix() += block_out_.matrix();
-    check_layer_finite(l);
-    if (record && request.record.residual) request.recorder->on_residual(l, resid_);
+  try {
+    embed(tokens);
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+      const bool record = !request.record.empty() && request.record.wants_layer(l);
+      rms_norm(resid_, w.attn_norm, static_cast<float>(c.rms_eps), normed_);
+      attention_block(l, request, record);
+      resid_.matrix() += block_out_.matrix();
+      mlp_block(l);
+      if (record && request.record.residual) request.recorder->on_residual(l, resid_);
+    }
+    if (request.cache != nullptr) request.cache->advance(seq);
+  } catch (...) {
+    if (request.cache != nullptr) request.cache->truncate(0);
+    throw;
   }
+  std::vector<int64_t> rows = request.logit_rows;
+  if (rows.empty()) rows = {seq - 1};
+  return logits(rows);
+}
 
-  ForwardResult result;
-  result.logit_rows = request.logit_rows;
-  if (result.logit_rows.empty()) result.logit_rows = {seq - 1};
-  const auto r = static_cast<int64_t>(result.logit_rows.size());
-  Tensor last({r, c.d_model});  // [r_logits, d_model]
-  for (int64_t i = 0; i < r; ++i)
-    last.matrix().row(i) = resid_.matrix().row(result.logit_rows[static_cast<size_t>(i)]);
-  rms_norm(last, weights_.output_norm, eps, last);
-  linear(last, weights_.lm_head(), Tensor(), result.logits, pool_);
-  return result;
+ForwardResult Forward::run_cached(std::span<const int32_t> tokens, KvCache& cache,
+                                  const CachedRequest& request) {
+  const ModelConfig& c = config_;
+  if (cache.n_layer() != c.n_layer || cache.n_kv_head() != c.n_kv_head || cache.d_head() != c.d_head)
+    fail<InputError>("forward: a KV cache of {} layers, {} KV heads, d_head {} does not fit the model",
+                     cache.n_layer(), cache.n_kv_head(), cache.d_head());
+  const int64_t first = cache.next_position();
+  const auto n = static_cast<int64_t>(tokens.size());
+  check_tokens(tokens, first);
+  check_rows(request.logit_rows, n, "logit rows");
+  if (rope_.seq < first + n) rope_ = make_rope_table(inv_freq_, std::max(first + n, 2 * rope_.seq));
+  q_positions_.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) q_positions_[static_cast<size_t>(i)] = first + i;
+  try {
+    embed(tokens);
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+      rms_norm(resid_, w.attn_norm, static_cast<float>(c.rms_eps), normed_);
+      cached_attention_block(l, first, cache, request);
+      resid_.matrix() += block_out_.matrix();
+      mlp_block(l);
+    }
+    cache.advance(n);
+  } catch (...) {
+    cache.truncate(first);  // what this run appended goes; evictions by the callback stay
+    throw;
+  }
+  std::vector<int64_t> rows = request.logit_rows;
+  if (rows.empty()) rows = {n - 1};
+  return logits(rows);
 }
 
 // A NaN or infinity in the residual stream after layer `layer` (weights that overflow, or a
@@ -147,8 +210,7 @@ void Forward::check_layer_finite(int64_t layer) const {
                       i / config_.d_model, resid_.span()[static_cast<size_t>(i)]);
 }
 
-// normed_ [seq, d_model] -> block_out_ [seq, d_model]: the attention block's output.
-void Forward::attention_block(int64_t layer, const ForwardRequest& request, bool record) {
+void Forward::project_qkv(int64_t layer, int64_t first_position) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const int64_t seq = normed_.dim(0);
@@ -166,8 +228,29 @@ void Forward::attention_block(int64_t layer, const ForwardRequest& request, bool
     linear_rows(normed_, begin, count, w.wv, w.bv, proj_, pool_);  // [count, n_kv_head*d_head]
     split_heads(proj_, begin, c.n_kv_head, c.d_head, v_);
   }
-  apply_rope(q_, rope_);
-  apply_rope(k_, rope_);
+  apply_rope(q_, rope_, first_position);
+  apply_rope(k_, rope_, first_position);
+}
+
+// normed_ [n, d_model] of the rows at [first_position, +n) -> block_out_ [n, d_model], the
+// rows' K/V appended to the cache first.
+void Forward::cached_attention_block(int64_t layer, int64_t first_position, KvCache& cache,
+                                     const CachedRequest& request) {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  project_qkv(layer, first_position);
+  cache.append(layer, k_, v_, first_position);
+  if (request.before_attention) request.before_attention(layer, q_, k_, v_, cache);
+  kv_views_.resize(static_cast<size_t>(config_.n_kv_head));
+  for (int64_t g = 0; g < config_.n_kv_head; ++g) kv_views_[static_cast<size_t>(g)] = cache.view(layer, g);
+  cached_attention(q_, q_positions_, kv_views_, context_, pool_, options_.query_block);
+  linear(context_, w.wo, Tensor(), block_out_, pool_);  // [n, d_model]
+}
+
+// normed_ [seq, d_model] -> block_out_ [seq, d_model]: the attention block's output.
+void Forward::attention_block(int64_t layer, const ForwardRequest& request, bool record) {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  project_qkv(layer, 0);
+  if (request.cache != nullptr) request.cache->append(layer, k_, v_, 0);
   if (record && request.record.qkv) request.recorder->on_qkv(layer, q_, k_, v_);
 
   AttentionParams params;

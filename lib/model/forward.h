@@ -19,6 +19,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "model/config.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/recorder.h"
 #include "model/weights.h"
@@ -47,6 +48,23 @@ struct ForwardRequest {
                      std::vector<AttentionMaskSpan>& spans)>
       layer_mask;
   std::vector<int64_t> logit_rows;  // [r_logits] rows whose logits are returned; empty = last
+  // When set, an empty cache (next_position() 0) that receives every layer's K/V of the
+  // sequence as this pass computes them: a prefill that also records, and that decoding
+  // (run_cached) continues from.
+  KvCache* cache = nullptr;
+};
+
+// A run over a KV cache (Forward::run_cached): the new tokens are appended to the cache at
+// positions [cache.next_position(), +n) and attend to what the cache holds.
+struct CachedRequest {
+  std::vector<int64_t> logit_rows;  // rows of the new tokens (0 = the first) whose logits are
+                                    // returned; empty = the last
+  // Called per layer after the new rows' Q/K/V (post-RoPE) are computed and their K/V
+  // appended to the cache, before the attention reads the cache: what selects and evicts
+  // inside a pass (cache.keep / evict on this layer). q: [n_head, n, d_head], k, v:
+  // [n_kv_head, n, d_head] of the new rows only.
+  std::function<void(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, KvCache& cache)>
+      before_attention;
 };
 
 struct ForwardResult {
@@ -67,12 +85,29 @@ class Forward {
   // ids out of range, rows or mask spans outside the sequence or model.
   ForwardResult run(std::span<const int32_t> tokens, const ForwardRequest& request = {});
 
+  // Feeds tokens after what `cache` holds (prefill into an empty cache, a question after a
+  // compressed context, one decoding step): their K/V are appended and each new row attends
+  // to the cache's entries at positions up to its own. With a cache that holds every
+  // position, the logits equal run()'s on the whole sequence up to float rounding (the GEMMs
+  // block differently). On an exception the cache is restored to what it held before.
+  // Throws InputError as run() does, and for a cache of another model's shape.
+  ForwardResult run_cached(std::span<const int32_t> tokens, KvCache& cache,
+                           const CachedRequest& request = {});
+
   const ModelConfig& config() const { return config_; }
   int threads() const { return pool_.size(); }
 
  private:
   void check_request(int64_t seq, const ForwardRequest& request) const;
+  void check_tokens(std::span<const int32_t> tokens, int64_t first_position) const;
+  void embed(std::span<const int32_t> tokens);
+  void mlp_block(int64_t layer);
+  ForwardResult logits(std::span<const int64_t> rows);
+  // normed_ [n, d_model] -> q_, k_, v_ of the rows at positions [first_position, +n).
+  void project_qkv(int64_t layer, int64_t first_position);
   void attention_block(int64_t layer, const ForwardRequest& request, bool record);
+  void cached_attention_block(int64_t layer, int64_t first_position, KvCache& cache,
+                              const CachedRequest& request);
   void record_head_outputs(int64_t layer, const ForwardRequest& request);
   void check_layer_finite(int64_t layer) const;
 
@@ -81,6 +116,8 @@ class Forward {
   ForwardOptions options_;
   ThreadPool pool_;
   std::vector<float> inv_freq_;  // [d_head/2]
+  std::vector<KvHeadView> kv_views_;  // [n_kv_head] of the layer being run over a cache
+  std::vector<int64_t> q_positions_;  // [n] positions of the rows being run over a cache
 
   // Scratch reused across layers and runs.
   Tensor resid_;                  // [seq, d_model]

@@ -1,5 +1,7 @@
 #include "ops/attention.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace ckv {
@@ -41,6 +43,40 @@ void causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor&
   if (out.rank() != 2 || out.dim(0) != shape.seq || out.dim(1) != shape.n_head * shape.d_head)
     out = Tensor({shape.seq, shape.n_head * shape.d_head});
   detail::causal_attention_cpu(q.data(), k.data(), v.data(), out.data(), shape, params, prob_slot,
+                               pool);
+}
+
+void cached_attention(const Tensor& q, std::span<const int64_t> q_positions,
+                      std::span<const KvHeadView> heads, Tensor& out, ThreadPool& pool,
+                      int64_t query_block) {
+  const auto n_kv_head = static_cast<int64_t>(heads.size());
+  if (q.rank() != 3 || n_kv_head == 0 || q.dim(0) % n_kv_head != 0 ||
+      q.dim(1) != static_cast<int64_t>(q_positions.size()))
+    fail<InputError>("cached attention: q {} does not fit {} KV heads and {} positions",
+                     q.shape_string(), n_kv_head, q_positions.size());
+  if (query_block <= 0) fail<InputError>("cached attention: query block {} must be positive", query_block);
+  const int64_t n_head = q.dim(0), rows = q.dim(1), d_head = q.dim(2);
+  for (int64_t i = 1; i < rows; ++i)
+    if (q_positions[static_cast<size_t>(i)] <= q_positions[static_cast<size_t>(i - 1)])
+      fail<InputError>("cached attention: query positions are not increasing");
+  // Each row sees the prefix of its head's entries at positions <= its own.
+  std::vector<int64_t> visible(static_cast<size_t>(rows * n_kv_head));
+  for (int64_t g = 0; g < n_kv_head; ++g) {
+    const KvHeadView& h = heads[static_cast<size_t>(g)];
+    if (h.count < 0 || (h.count > 0 && (h.k == nullptr || h.v == nullptr || h.positions == nullptr)))
+      fail<InputError>("cached attention: KV head {} has no storage", g);
+    const std::span<const int64_t> pos(h.positions, static_cast<size_t>(h.count));
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t n = std::upper_bound(pos.begin(), pos.end(), q_positions[static_cast<size_t>(i)]) - pos.begin();
+      if (n == 0)
+        fail<InputError>("cached attention: KV head {} holds no entry at or before position {}", g,
+                         q_positions[static_cast<size_t>(i)]);
+      visible[static_cast<size_t>(i * n_kv_head + g)] = n;
+    }
+  }
+  if (out.rank() != 2 || out.dim(0) != rows || out.dim(1) != n_head * d_head)
+    out = Tensor({rows, n_head * d_head});
+  detail::cached_attention_cpu(q.data(), n_head, rows, d_head, heads, visible, out.data(), query_block,
                                pool);
 }
 

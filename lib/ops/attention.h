@@ -40,6 +40,28 @@ struct AttentionParams {
 void causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                       const AttentionParams& params, ThreadPool& pool);
 
+// The cached keys and values of one KV head: `count` entries in increasing original
+// position, post-RoPE key rows and value rows [count, d_head] (row stride d_head). A cache
+// that evicted entries holds fewer than the positions seen (model/kv_cache.h).
+struct KvHeadView {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const int64_t* positions = nullptr;
+  int64_t count = 0;
+};
+
+// Attention of new query rows over a KV cache (decoding, and prefill into a cache).
+// q: [n_head, rows, d_head] post-RoPE, row i at position q_positions[i] (increasing);
+// heads: [n_kv_head] views that already hold the new rows' own keys and values. Query head h
+// reads KV head h / (n_head / n_kv_head) and attends to its entries at positions <= its own
+// (causal over what the cache still holds). out: [rows, n_head*d_head] (resized), as
+// causal_attention's. The arithmetic is causal_attention's (scale, fp32 softmax in a fixed
+// order), so a cache that holds every position gives its results up to the GEMM's blocking.
+// Throws InputError for bad shapes or a row with no cached entry at or before it.
+void cached_attention(const Tensor& q, std::span<const int64_t> q_positions,
+                      std::span<const KvHeadView> heads, Tensor& out, ThreadPool& pool,
+                      int64_t query_block = 64);
+
 namespace detail {
 struct AttentionShape {
   int64_t n_head, n_kv_head, seq, d_head;
@@ -48,6 +70,11 @@ struct AttentionShape {
 void causal_attention_cpu(const float* q, const float* k, const float* v, float* out,
                           const AttentionShape& shape, const AttentionParams& params,
                           std::span<const int64_t> prob_slot, ThreadPool& pool);
+// visible: [rows] per query row and KV head, row-major [rows, n_kv_head]: how many of the
+// head's entries (a prefix) the row sees. Arguments already checked.
+void cached_attention_cpu(const float* q, int64_t n_head, int64_t rows, int64_t d_head,
+                          std::span<const KvHeadView> heads, std::span<const int64_t> visible,
+                          float* out, int64_t query_block, ThreadPool& pool);
 }  // namespace detail
 
 }  // namespace ckv

@@ -85,4 +85,38 @@ void causal_attention_cpu(const float* q, const float* k, const float* v, float*
   });
 }
 
+// One task per (query head, block of rows): the block's logits over the longest visible
+// prefix of its KV head's entries (rows are in increasing position, so the last row sees the
+// most), each row's softmax over its own prefix (softmax_causal_row, so the same arithmetic as
+// causal_attention), then one GEMM with the values. Decoding (one row) is one task per head.
+void cached_attention_cpu(const float* q, int64_t n_head, int64_t rows, int64_t d_head,
+                          std::span<const KvHeadView> heads, std::span<const int64_t> visible,
+                          float* out, int64_t query_block, ThreadPool& pool) {
+  const auto n_kv_head = static_cast<int64_t>(heads.size());
+  const int64_t group = n_head / n_kv_head;
+  const int64_t n_blocks = (rows + query_block - 1) / query_block;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
+  const int64_t out_stride = n_head * d_head;
+  using Stride = Eigen::OuterStride<>;
+  pool.parallel_for(n_head * n_blocks, [&](int64_t task) {
+    const int64_t b = n_blocks - 1 - task / n_head, h = task % n_head, g = h / group;
+    const int64_t r0 = b * query_block, r1 = std::min(rows, r0 + query_block), n = r1 - r0;
+    const KvHeadView& kv = heads[static_cast<size_t>(g)];
+    const int64_t keys = visible[static_cast<size_t>((r1 - 1) * n_kv_head + g)];
+    const ConstMatrixMap q_block(q + (h * rows + r0) * d_head, n, d_head);  // [n, d_head]
+    const ConstMatrixMap k_head(kv.k, keys, d_head);                        // [keys, d_head]
+    const ConstMatrixMap v_head(kv.v, keys, d_head);                        // [keys, d_head]
+    thread_local RowMatrix scores;
+    scores.resize(n, (keys + 15) / 16 * 16);
+    auto logits = scores.leftCols(keys);  // [n, keys]
+    logits.noalias() = q_block * k_head.transpose();
+    logits *= scale;
+    for (int64_t i = 0; i < n; ++i)
+      softmax_causal_row(scores, i, visible[static_cast<size_t>((r0 + i) * n_kv_head + g)] - 1, keys);
+    Eigen::Map<RowMatrix, 0, Stride> out_block(out + r0 * out_stride + h * d_head, n, d_head,
+                                               Stride(out_stride));  // [n, d_head]
+    out_block.noalias() = logits * v_head;
+  });
+}
+
 }  // namespace ckv::detail

@@ -57,11 +57,12 @@ RopeTable make_rope_table(std::span<const float> inv_freq, int64_t seq) {
   return t;
 }
 
-void apply_rope(Tensor& x, const RopeTable& table) {
-  if (x.rank() != 3 || x.dim(2) != 2 * table.half || x.dim(1) > table.seq)
-    fail<InputError>("rope: tensor {} does not fit a table of {} positions, d_head {}",
-                     x.shape_string(), table.seq, 2 * table.half);
-  detail::apply_rope_cpu(x.data(), x.dim(0), x.dim(1), table.half, table);
+void apply_rope(Tensor& x, const RopeTable& table, int64_t first_position) {
+  if (x.rank() != 3 || x.dim(2) != 2 * table.half || first_position < 0 ||
+      first_position + x.dim(1) > table.seq)
+    fail<InputError>("rope: tensor {} from position {} does not fit a table of {} positions, d_head {}",
+                     x.shape_string(), first_position, table.seq, 2 * table.half);
+  detail::apply_rope_cpu(x.data(), x.dim(0), x.dim(1), table.half, table, first_position);
 }
 
 }  // namespace ckv
