@@ -1,0 +1,401 @@
+#include "analysis/cache_eval.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "analysis/bound_layer.h"
+#include "analysis/layer_allocation.h"
+#include "analysis/mask_metrics.h"
+#include "analysis/perturbation.h"
+#include "analysis/value_norms.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/tokenizer.h"
+
+namespace ckv {
+
+namespace {
+
+using Kind = MethodSpec::Kind;
+
+bool ranks_by_question(const MethodSpec& m) { return m.leaf().kind == Kind::Attn; }
+
+bool needs_nu(const std::vector<MethodSpec>& methods) {
+  for (const MethodSpec& method : methods) {
+    const Kind leaf = method.leaf().kind;
+    if (leaf == Kind::DefensiveKV || leaf == Kind::LayerDefensiveKV) return true;
+    for (const MethodSpec* m = &method; m != nullptr; m = m->base.get())
+      if (m->kind == Kind::CriticalKV) return true;
+  }
+  return false;
+}
+
+bool any_of_kind(const std::vector<MethodSpec>& methods, Kind kind) {
+  return std::any_of(methods.begin(), methods.end(), [&](const MethodSpec& m) { return m.leaf().kind == kind; });
+}
+
+// One selection to evaluate: a method at a budget (or a selection file), and what it evicts.
+struct Planned {
+  MethodSpec method;
+  double fraction = 1;
+  int64_t budget = 0;
+  EvictionPlan plan;
+};
+
+// Copies rows [0, count) of every KV head of a layer of the cache into [n_kv_head, count, d_head].
+void cache_rows(const KvCache& cache, int64_t layer, int64_t count, Tensor& k, Tensor& v) {
+  const int64_t g_count = cache.n_kv_head(), d = cache.d_head();
+  k = Tensor({g_count, count, d});
+  v = Tensor({g_count, count, d});
+  for (int64_t g = 0; g < g_count; ++g) {
+    if (cache.size(layer, g) < count || cache.positions(layer, g)[static_cast<size_t>(count - 1)] != count - 1)
+      fail<InputError>("cache eval: layer {} KV head {} does not hold positions [0, {})", layer, g, count);
+    std::copy_n(cache.keys(layer, g).data(), count * d, k.data() + g * count * d);
+    std::copy_n(cache.values(layer, g).data(), count * d, v.data() + g * count * d);
+  }
+}
+
+// The selections of one layer for `plans` (all of one pass) from the layer's Q/K/V: the
+// scores once (selection_inputs), then each method at its budget.
+class LayerSelector {
+ public:
+  LayerSelector(const Model& model, std::vector<Planned*> plans, int64_t c, std::vector<int64_t> eval_rows,
+                const SelectionParams& params, std::map<int64_t, std::map<int64_t, int64_t>> totals, ThreadPool& pool)
+      : model_(model), plans_(std::move(plans)), c_(c), eval_rows_(std::move(eval_rows)), params_(params),
+        totals_(std::move(totals)), pool_(pool) {
+    for (const Planned* p : plans_) methods_.push_back(p->method);
+    for (const Planned* p : plans_)
+      if (std::find(budgets_.begin(), budgets_.end(), p->budget) == budgets_.end()) budgets_.push_back(p->budget);
+  }
+
+  // q: [n_head, >= max(eval_rows)+1, d_head], k, v: [n_kv_head, >= c, d_head].
+  void select_layer(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) {
+    if (plans_.empty()) return;
+    const ModelConfig& cf = model_.config;
+    const Tensor wo = model_.weights.layers[static_cast<size_t>(layer)].wo.to_f32();  // [d_model, n_head*d_head]
+    const ValueNorms nu = needs_nu(methods_)
+                              ? value_norms(v, wo, cf.n_head, {}, {.l1 = true, .l2 = false}, &pool_)
+                              : ValueNorms{.l1 = Tensor({cf.n_head, k.dim(1)}), .l2 = {}};
+    const LayerTensors t{.q = &q, .k = &k, .v = &v, .wo = &wo, .nu_l1 = &nu.l1, .nu_l2 = nullptr};
+    LayerRequest lr;
+    lr.methods = methods_;
+    lr.budgets = budgets_;
+    lr.params = params_;
+    lr.c = c_;
+    lr.eval_rows = eval_rows_;
+    lr.layer = layer;
+    lr.n_layer = cf.n_layer;
+    for (const auto& [budget, per_layer] : totals_) lr.layer_totals[budget] = per_layer.at(layer);
+    const bool snap = std::any_of(methods_.begin(), methods_.end(), [](const MethodSpec& m) { return m.uses_snapkv(); });
+    SelectionInputs in = selection_inputs(t, lr, snap, any_of_kind(methods_, Kind::H2O), &pool_);
+    in.layer_totals = lr.layer_totals;
+    for (Planned* p : plans_) {
+      const Selection sel = select(p->method, in, p->budget, params_);
+      for (int64_t g = 0; g < cf.n_kv_head; ++g)
+        p->plan.at(layer, g) = complement(sel.kept[static_cast<size_t>(g)], c_);
+    }
+  }
+
+ private:
+  const Model& model_;
+  std::vector<Planned*> plans_;
+  std::vector<MethodSpec> methods_;
+  std::vector<int64_t> budgets_;
+  int64_t c_;
+  std::vector<int64_t> eval_rows_;
+  const SelectionParams& params_;
+  std::map<int64_t, std::map<int64_t, int64_t>> totals_;
+  ThreadPool& pool_;
+};
+
+// Hands each layer's Q/K/V of the context prefill to the selector.
+class SelectingRecorder : public Recorder {
+ public:
+  explicit SelectingRecorder(LayerSelector& selector) : selector_(selector) {}
+  void on_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) override {
+    selector_.select_layer(layer, q, k, v);
+  }
+
+ private:
+  LayerSelector& selector_;
+};
+
+// The actual perturbation L1/L2 (MATH.md §3) of every plan at the first decoded token, one
+// layer at a time: its query row over the full cache [0, n] (n the token's position).
+class FirstTokenProbe {
+ public:
+  FirstTokenProbe(const Model& model, const std::vector<Planned>& plans, int64_t c, int64_t n, ThreadPool& pool)
+      : model_(model), plans_(plans), c_(c), n_(n), pool_(pool) {
+    const ModelConfig& cf = model.config;
+    l1.assign(plans.size(), std::vector<float>(static_cast<size_t>(cf.n_layer * cf.n_head), 0.0f));
+    l2 = l1;
+  }
+
+  // q: [n_head, 1, d_head] of the token at position n; cache holds [0, n] in every head.
+  void measure(int64_t layer, const Tensor& q, const KvCache& cache) {
+    const ModelConfig& cf = model_.config;
+    const int64_t group = cf.n_head / cf.n_kv_head, d = cf.d_head, len = n_ + 1;
+    const Tensor wo = model_.weights.layers[static_cast<size_t>(layer)].wo.to_f32();
+    // Kept evictable positions per plan and KV head (< c; entries >= c are never evicted).
+    std::vector<std::vector<std::vector<int64_t>>> kept(plans_.size());
+    for (size_t p = 0; p < plans_.size(); ++p)
+      for (int64_t g = 0; g < cf.n_kv_head; ++g) {
+        std::vector<int64_t> keep;
+        const std::vector<int64_t>& ev = plans_[p].plan.at(layer, g);
+        size_t j = 0;
+        for (int64_t i = 0; i < c_; ++i) {
+          if (j < ev.size() && ev[j] == i) ++j;
+          else keep.push_back(i);
+        }
+        kept[p].push_back(std::move(keep));
+      }
+    const std::vector<float> zeros(static_cast<size_t>(len), 0.0f);  // nu: L1/L2 do not read it
+    pool_.parallel_for(cf.n_head, [&](int64_t h) {
+      const int64_t g = h / group;
+      if (cache.size(layer, g) != len || cache.positions(layer, g).back() != n_)
+        fail<InputError>("cache eval: the probe needs the full cache [0, {}]", n_);
+      const MatrixD qd = Eigen::Map<const RowMatrix>(q.data() + h * d, 1, d).cast<double>();
+      const MatrixD kd = Eigen::Map<const RowMatrix>(cache.keys(layer, g).data(), len, d).cast<double>();
+      const std::vector<int64_t> pos{n_};
+      const MatrixD attn = attention_rows(qd, kd, pos);  // [1, len]
+      HeadTensors ht;
+      ht.v = cache.values(layer, g).data();
+      ht.wo = wo.data();
+      ht.d_head = d;
+      ht.d_model = cf.d_model;
+      ht.n_head = cf.n_head;
+      ht.head = h;
+      ht.nu_l1 = zeros;
+      ht.nu_l2 = zeros;
+      const HeadEval e(ht, attn, pos, c_);
+      std::vector<MetricRow> rows(plans_.size());
+      std::vector<HeadSelection> todo;
+      for (size_t p = 0; p < plans_.size(); ++p)
+        todo.push_back({kept[p][static_cast<size_t>(g)], kept[p][static_cast<size_t>(g)],
+                        std::span<MetricRow>(&rows[p], 1)});
+      e.metrics(todo);
+      for (size_t p = 0; p < plans_.size(); ++p) {
+        l1[p][static_cast<size_t>(layer * cf.n_head + h)] = static_cast<float>(rows[p][kL1]);
+        l2[p][static_cast<size_t>(layer * cf.n_head + h)] = static_cast<float>(rows[p][kL2]);
+      }
+    });
+  }
+
+  std::vector<std::vector<float>> l1, l2;  // [plan][n_layer * n_head]
+
+ private:
+  const Model& model_;
+  const std::vector<Planned>& plans_;
+  int64_t c_, n_;
+  ThreadPool& pool_;
+};
+
+double mean_of(const std::vector<float>& x) {
+  double s = 0;
+  for (float v : x) s += v;
+  return x.empty() ? 0.0 : s / static_cast<double>(x.size());
+}
+
+}  // namespace
+
+void check_cache_eval_settings(const CacheEvalSettings& s) {
+  if (s.methods.empty()) fail<UsageError>("--methods: give at least one method");
+  for (const MethodSpec& m : s.methods) {
+    const Kind leaf = m.leaf().kind;
+    if (leaf == Kind::Oracle)
+      fail<UsageError>("--methods {}: the oracle needs the evaluation queries' outputs, not available while decoding", m.name());
+    if (leaf == Kind::File && s.selection_file.empty()) fail<UsageError>("--methods file needs --selection-file");
+    if (leaf == Kind::DuoAttention && !s.params.duo_pattern) fail<UsageError>("--methods duoattention needs --duo-pattern");
+    if (ranks_by_question(m) && s.compress_prompt)
+      fail<UsageError>("--methods {}: ranks by the question's queries, which --compress prompt makes evictable; use --compress context", m.name());
+  }
+  if (s.budgets.empty()) fail<UsageError>("--budgets: give at least one budget");
+  for (double f : s.budgets)
+    if (!(f > 0 && f < 1)) fail<UsageError>("--budgets {}: a fraction in (0, 1) (1 keeps everything: that is the full cache, always evaluated)", f);
+  if (s.max_new_tokens < 1) fail<UsageError>("--max-new-tokens {}: at least 1", s.max_new_tokens);
+}
+
+CacheEvalResult evaluate_with_cache(Forward& fwd, const Model& model, const CacheEvalInput& input,
+                                    const CacheEvalSettings& s, ThreadPool& pool) {
+  const ModelConfig& cf = model.config;
+  const auto n = static_cast<int64_t>(input.prompt.size());
+  const std::string who = fmt::format("record \"{}\"", input.id);
+  if (!s.compress_prompt && input.context_end >= n)
+    fail<InputError>("{}: no question after the context (c = {} of {} tokens): with --compress context the "
+                     "question is what reads the compressed cache", who, input.context_end, n);
+  if (input.context_end <= 0 && !s.compress_prompt) fail<InputError>("{}: empty context", who);
+  const int64_t c = s.compress_prompt ? n : input.context_end;
+  if (s.params.window >= c)
+    fail<InputError>("{}: --window {} is not shorter than the {} evictable tokens", who, s.params.window, c);
+
+  CacheEvalResult result;
+  result.n = n;
+  result.c = c;
+  result.question_start = input.context_end;
+
+  // The selections: each method at each budget; the file method once.
+  std::vector<Planned> plans;
+  for (const MethodSpec& m : s.methods) {
+    if (m.leaf().kind == Kind::File) {
+      std::vector<int64_t> layers(static_cast<size_t>(cf.n_layer)), heads(static_cast<size_t>(cf.n_kv_head));
+      std::iota(layers.begin(), layers.end(), 0);
+      std::iota(heads.begin(), heads.end(), 0);
+      Planned p{.method = m, .fraction = std::numeric_limits<double>::quiet_NaN(), .budget = 0,
+                .plan = plan_from_selection_file(s.selection_file, c, n, layers, heads, cf.n_layer, cf.n_kv_head)};
+      p.budget = c - p.plan.total_evicted() / (cf.n_layer * cf.n_kv_head);
+      plans.push_back(std::move(p));
+      continue;
+    }
+    for (double f : s.budgets) {
+      const int64_t b = budget_from_fraction(c, f);
+      if (b >= c) fail<InputError>("{}: budget {} keeps all {} evictable entries", who, f, c);
+      plans.push_back({.method = m, .fraction = f, .budget = b, .plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, c, n)});
+    }
+  }
+
+  // Layer-global allocations (layer-defensivekv) need every layer's scores first: a pre-pass
+  // over the evictable rows.
+  std::map<int64_t, std::map<int64_t, int64_t>> totals;  // budget -> layer -> kept over its KV heads
+  if (std::any_of(plans.begin(), plans.end(), [](const Planned& p) { return p.method.layer_global(); })) {
+    DefensiveCollector col(model.weights, cf.n_head, c, s.params, &pool);
+    ForwardRequest pre;
+    pre.record.qkv = true;
+    pre.recorder = &col;
+    fwd.run(std::span(input.prompt).first(static_cast<size_t>(c)), pre);
+    for (const Planned& p : plans)
+      if (p.method.layer_global()) totals[p.budget] = col.totals(p.budget);
+  }
+
+  // 1. Prefill the evictable rows into the cache; the methods that rank by them select here.
+  std::vector<Planned*> in_prefill, in_question;
+  for (Planned& p : plans) {
+    if (p.method.leaf().kind == Kind::File) continue;
+    (ranks_by_question(p.method) ? in_question : in_prefill).push_back(&p);
+  }
+  LayerSelector prefill_selector(model, in_prefill, c, {c - 1}, s.params, totals, pool);
+  SelectingRecorder recorder(prefill_selector);
+  KvCache context(cf);
+  ForwardRequest prefill;
+  prefill.cache = &context;
+  if (!in_prefill.empty()) {
+    prefill.record.qkv = true;
+    prefill.recorder = &recorder;
+  }
+  const ForwardResult prefill_out = fwd.run(std::span(input.prompt).first(static_cast<size_t>(c)), prefill);
+  const std::span<const int32_t> question = std::span(input.prompt).subspan(static_cast<size_t>(c));
+
+  // The attn method selects inside its own question pass, layer by layer before attention.
+  for (Planned* p : in_question) {
+    std::vector<int64_t> rows(static_cast<size_t>(n - c));
+    std::iota(rows.begin(), rows.end(), c);
+    LayerSelector sel(model, {p}, c, rows, s.params, totals, pool);
+    KvCache copy = context;
+    CachedRequest req;
+    req.before_attention = [&](int64_t layer, const Tensor& q_new, const Tensor&, const Tensor&, KvCache& cache) {
+      Tensor q({cf.n_head, n, cf.d_head}), k, v;  // rows < c of q are not read
+      for (int64_t h = 0; h < cf.n_head; ++h)
+        std::copy_n(q_new.data() + h * (n - c) * cf.d_head, (n - c) * cf.d_head, q.data() + (h * n + c) * cf.d_head);
+      cache_rows(cache, layer, n, k, v);
+      sel.select_layer(layer, q, k, v);
+      for (int64_t g = 0; g < cf.n_kv_head; ++g) cache.evict(layer, g, p->plan.at(layer, g));
+    };
+    fwd.run_cached(question, copy, req);
+  }
+
+  const int32_t eos = model.tokenizer && !s.ignore_eos ? model.tokenizer->eos_id() : -1;
+  const auto vocab = static_cast<size_t>(cf.vocab);
+  // Feeds the question (with --compress context) and the answer, then decodes: one run.
+  // `first_logits` gets the logits of the first row that reads the cache's evictions.
+  const auto run_over = [&](KvCache& cache, CacheEvalRun& run, std::vector<float>& first_logits,
+                            const CachedRequest& probe) {
+    std::vector<float> last;  // [vocab] the prompt's last row
+    if (s.compress_prompt) {
+      last.assign(prefill_out.logits.span().begin(), prefill_out.logits.span().end());
+    } else {
+      const ForwardResult q_out = fwd.run_cached(question, cache);
+      last.assign(q_out.logits.span().begin(), q_out.logits.span().end());
+    }
+    if (!input.answer_ids.empty()) {
+      double logp = log_prob(last, input.answer_ids[0]);
+      if (input.answer_ids.size() > 1) {
+        CachedRequest forced;
+        forced.logit_rows.resize(input.answer_ids.size() - 1);
+        std::iota(forced.logit_rows.begin(), forced.logit_rows.end(), 0);
+        const ForwardResult a = fwd.run_cached(std::span(input.answer_ids).first(input.answer_ids.size() - 1), cache, forced);
+        for (size_t t = 1; t < input.answer_ids.size(); ++t)
+          logp += log_prob(a.logits.span().subspan((t - 1) * vocab, vocab), input.answer_ids[t]);
+        cache.truncate(n);
+      }
+      run.logp_answer = logp;
+    }
+    // The full cache's first token at position n, fed over this cache: the probe's query, and
+    // with --compress prompt the first row that reads the evictions.
+    if (result.first_token < 0) result.first_token = greedy_token(last);  // the full cache runs first
+    if (s.compress_prompt || probe.before_attention) {
+      const std::vector<int32_t> one{result.first_token};
+      const ForwardResult step = fwd.run_cached(one, cache, probe);
+      if (s.compress_prompt) first_logits.assign(step.logits.span().begin(), step.logits.span().end());
+      cache.truncate(n);
+    }
+    if (!s.compress_prompt) first_logits = last;
+    run.first_row = s.compress_prompt ? n : n - 1;
+    DecodeOptions opts;
+    opts.max_new_tokens = s.max_new_tokens;
+    opts.eos_id = eos;
+    opts.stop_strings = s.stop_strings;
+    opts.tokenizer = model.tokenizer.get();
+    run.decoded = greedy_decode(fwd, cache, last, opts);
+  };
+
+  // 2. The full cache, with the probe at the first decoded token.
+  std::vector<float> full_first;
+  {
+    FirstTokenProbe probe(model, plans, c, n, pool);
+    CachedRequest req;
+    req.before_attention = [&](int64_t layer, const Tensor& q, const Tensor&, const Tensor&, KvCache& cache) {
+      probe.measure(layer, q, cache);
+    };
+    CacheEvalRun& full = result.full;
+    full.method = "full";
+    full.budget = c;
+    full.kept_entries = c * cf.n_layer * cf.n_kv_head;
+    full.kept_per_head.assign(static_cast<size_t>(cf.n_layer * cf.n_kv_head), c);
+    KvCache cache = context;
+    run_over(cache, full, full_first, req);
+    full.first = next_token(full_first, full_first);
+    full.first_logits = full_first;
+    full.plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, c, n);
+    for (size_t p = 0; p < plans.size(); ++p) {
+      CacheEvalRun run;
+      run.method = plans[p].method.name();
+      run.fraction = plans[p].fraction;
+      run.budget = plans[p].budget;
+      run.l1 = std::move(probe.l1[p]);
+      run.l2 = std::move(probe.l2[p]);
+      run.mean_l1 = mean_of(run.l1);
+      run.mean_l2 = mean_of(run.l2);
+      result.runs.push_back(std::move(run));
+    }
+  }
+
+  // 3. Each selection over its compressed cache.
+  for (size_t p = 0; p < plans.size(); ++p) {
+    CacheEvalRun& run = result.runs[p];
+    KvCache cache = context;
+    run.kept_per_head.assign(static_cast<size_t>(cf.n_layer * cf.n_kv_head), 0);
+    for (int64_t l = 0; l < cf.n_layer; ++l)
+      for (int64_t g = 0; g < cf.n_kv_head; ++g) {
+        cache.evict(l, g, plans[p].plan.at(l, g));
+        run.kept_per_head[static_cast<size_t>(l * cf.n_kv_head + g)] = cache.size(l, g);
+        run.kept_entries += cache.size(l, g);
+      }
+    run_over(cache, run, run.first_logits, {});
+    run.first = next_token(full_first, run.first_logits);
+    run.plan = plans[p].plan;
+  }
+  return result;
+}
+
+}  // namespace ckv

@@ -1,0 +1,200 @@
+// Generation under eviction with a KV cache (analysis/cache_eval.h) against the two
+// measurements it must agree with:
+//   * the first decoded token's logits equal `ckv mask --method` with the same selection
+//     (one -inf-masked pass over the whole prompt, the selection made inside it): physical
+//     eviction from the cache is what the mask emulates;
+//   * the per-layer, per-head L1/L2 at the first decoded token equal `ckv bound --eval
+//     first-decode` for the same selection (analyze_layer over the unmasked pass of the
+//     prompt and that token).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "analysis/bound_layer.h"
+#include "analysis/cache_eval.h"
+#include "analysis/mask_plan.h"
+#include "analysis/value_norms.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "keeping_recorder.h"
+#include "model/model.h"
+
+namespace ckv {
+namespace {
+
+namespace fs = std::filesystem;
+
+const Model& model_named(const std::string& name) {
+  static std::map<std::string, Model> models;
+  auto it = models.find(name);
+  if (it == models.end()) {
+    const fs::path path = name == "default" ? fs::path(CKV_SOURCE_DIR) / "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+                                            : fs::path(CKV_TEST_DATA_DIR) / "models" / name;
+    it = models.emplace(name, load_model(path)).first;
+  }
+  return it->second;
+}
+
+bool model_present(const std::string& name) {
+  return name != "default" || fs::exists(fs::path(CKV_SOURCE_DIR) / "models/SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int32_t& id : t) id = static_cast<int32_t>(17 + rng() % static_cast<uint64_t>(vocab - 17));
+  return t;
+}
+
+double relative_error(std::span<const float> a, std::span<const float> b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  float lo = b[0], hi = b[0];
+  for (size_t i = 0; i < b.size(); ++i) {
+    worst = std::max(worst, double{std::abs(a[i] - b[i])});
+    lo = std::min(lo, b[i]);
+    hi = std::max(hi, b[i]);
+  }
+  return worst / std::max(1e-6, double{hi - lo});
+}
+
+struct Case {
+  std::string model;
+  int64_t context, question;
+};
+
+class CacheEval : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CacheEval, FirstTokenEqualsMaskAndPerturbationEqualsBound) {
+  const Case& k = GetParam();
+  if (!model_present(k.model)) GTEST_SKIP() << "default model absent";
+  const Model& model = model_named(k.model);
+  const ModelConfig& cf = model.config;
+  Forward fwd(model, {.threads = 2});
+  ThreadPool pool(2);
+  CacheEvalInput input;
+  input.id = "t";
+  input.prompt = random_tokens(k.context + k.question, cf.vocab, 21);
+  input.context_end = k.context;
+  input.answer_ids = random_tokens(3, cf.vocab, 22);
+  CacheEvalSettings s;
+  s.params.window = 8;
+  for (const char* m : {"snapkv", "criticalkv(adakv(snapkv))", "attn", "streaming"}) s.methods.push_back(MethodSpec::parse(m));
+  s.budgets = {0.25, 0.5};
+  s.max_new_tokens = 4;
+  s.ignore_eos = true;
+  check_cache_eval_settings(s);
+  const CacheEvalResult r = evaluate_with_cache(fwd, model, input, s, pool);
+  ASSERT_EQ(r.runs.size(), 8u);
+  const int64_t n = r.n, c = r.c;
+  ASSERT_EQ(c, k.context);
+  EXPECT_EQ(r.full.decoded.tokens.size(), 4u);
+
+  // The unmasked pass over the prompt and the probe's token: bound's first-decode inputs.
+  std::vector<int32_t> with_token = input.prompt;
+  with_token.push_back(r.first_token);
+  test::KeepingRecorder rec;
+  ForwardRequest req;
+  req.record.qkv = true;
+  req.recorder = &rec;
+  fwd.run(with_token, req);
+
+  for (const CacheEvalRun& run : r.runs) {
+    SCOPED_TRACE(fmt::format("{} at {}", run.method, run.fraction));
+    const MethodSpec method = MethodSpec::parse(run.method);
+    // ckv mask --method: the selection inside one masked pass over the prompt.
+    std::vector<int64_t> layers(static_cast<size_t>(cf.n_layer)), heads(static_cast<size_t>(cf.n_kv_head)), rows;
+    std::iota(layers.begin(), layers.end(), 0);
+    std::iota(heads.begin(), heads.end(), 0);
+    for (int64_t i = c; i < n; ++i) rows.push_back(i);
+    EvictionPlan plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, c, n);
+    const MethodMask mm{.method = method, .budget = run.budget, .params = s.params, .c = c, .eval_rows = rows,
+                        .layers = layers, .kv_heads = heads, .pool = &pool, .layer_totals = {}};
+    ForwardRequest masked;
+    masked.layer_mask = method_mask_source(cf, model.weights, mm, &plan);
+    const ForwardResult ref = fwd.run(input.prompt, masked);
+    EXPECT_EQ(plan.evicted, run.plan.evicted);
+    EXPECT_LE(relative_error(run.first_logits, ref.logits.span()), 1e-4);
+    EXPECT_GT(run.first.kl, 0.0);
+
+    // ckv bound --eval first-decode with this selection (the file method over the kept sets).
+    for (int64_t l = 0; l < cf.n_layer; ++l) {
+      const auto& L = rec.layers.at(l);
+      const Tensor wo = model.weights.layers[static_cast<size_t>(l)].wo.to_f32();
+      const ValueNorms nu = value_norms(L.v, wo, cf.n_head, {}, {.l1 = true, .l2 = true});
+      const LayerTensors t{.q = &L.q, .k = &L.k, .v = &L.v, .wo = &wo, .nu_l1 = &nu.l1, .nu_l2 = &nu.l2};
+      LayerRequest lr;
+      lr.methods = {MethodSpec::parse("file")};
+      lr.budgets = {run.budget};
+      lr.c = c;
+      lr.eval_rows = {n};
+      lr.layer = l;
+      lr.n_layer = cf.n_layer;
+      for (int64_t g = 0; g < cf.n_kv_head; ++g) lr.file_kept.push_back(complement(run.plan.at(l, g), c));
+      const LayerResult b = analyze_layer(t, lr);
+      for (int64_t h = 0; h < cf.n_head; ++h) {
+        const double l1 = b.at(0, 0, h, 0)[kL1], l2 = b.at(0, 0, h, 0)[kL2];
+        EXPECT_NEAR(run.l1[static_cast<size_t>(l * cf.n_head + h)], l1, 1e-4 * std::max(1.0, l1)) << "layer " << l << " head " << h;
+        EXPECT_NEAR(run.l2[static_cast<size_t>(l * cf.n_head + h)], l2, 1e-4 * std::max(1.0, l2)) << "layer " << l << " head " << h;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CacheEval,
+                         ::testing::Values(Case{"tiny_llama_gqa", 48, 6}, Case{"tiny_qwen2_bias", 40, 5},
+                                           Case{"default", 160, 12}),
+                         [](const ::testing::TestParamInfo<Case>& p) { return p.param.model; });
+
+// --compress prompt: the whole prompt is evictable; the first row that reads the compressed
+// cache is the first decoded token's, equal to a pass over prompt + that token with the
+// evicted keys masked for its row only.
+TEST(CacheEval, CompressPromptEqualsMaskOnTheDecodedRow) {
+  const Model& model = model_named("tiny_llama_gqa");
+  const ModelConfig& cf = model.config;
+  Forward fwd(model, {.threads = 2});
+  ThreadPool pool(2);
+  CacheEvalInput input{.id = "p", .prompt = random_tokens(50, cf.vocab, 5), .context_end = 44, .answer_ids = {}};
+  CacheEvalSettings s;
+  s.params.window = 8;
+  s.methods = {MethodSpec::parse("snapkv")};
+  s.budgets = {0.3};
+  s.compress_prompt = true;
+  s.max_new_tokens = 3;
+  s.ignore_eos = true;
+  const CacheEvalResult r = evaluate_with_cache(fwd, model, input, s, pool);
+  ASSERT_EQ(r.c, 50);
+  const CacheEvalRun& run = r.runs.at(0);
+  EXPECT_EQ(run.first_row, 50);
+  std::vector<int32_t> with_token = input.prompt;
+  with_token.push_back(r.first_token);
+  ForwardRequest masked;
+  masked.mask = run.plan.to_mask(51);
+  const ForwardResult ref = fwd.run(with_token, masked);
+  EXPECT_LE(relative_error(run.first_logits, ref.logits.span()), 1e-4);
+  // The first generated token comes from the uncompressed prefill: the same as the full cache's.
+  EXPECT_EQ(run.decoded.tokens.at(0), r.full.decoded.tokens.at(0));
+}
+
+TEST(CacheEval, RefusesWhatACacheCannotDo) {
+  CacheEvalSettings s;
+  s.budgets = {0.5};
+  s.methods = {MethodSpec::parse("oracle")};
+  EXPECT_THROW(check_cache_eval_settings(s), UsageError);
+  s.methods = {MethodSpec::parse("attn")};
+  s.compress_prompt = true;
+  EXPECT_THROW(check_cache_eval_settings(s), UsageError);
+  s.compress_prompt = false;
+  s.budgets = {1.0};
+  EXPECT_THROW(check_cache_eval_settings(s), UsageError);
+  s.budgets = {0.5};
+  s.methods = {MethodSpec::parse("file")};
+  EXPECT_THROW(check_cache_eval_settings(s), UsageError);
+}
+
+}  // namespace
+}  // namespace ckv
