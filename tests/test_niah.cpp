@@ -46,6 +46,8 @@ void check_record(const NiahOptions& o, const NiahRecord& rec, int64_t index) {
   const std::string type = o.value_kind == NiahValueKind::Numbers ? "number" : "uuid";
   const InputRecord in = parse_record(rec.to_jsonl(o), "niah", 1, index);
   EXPECT_EQ(in.context, rec.context);
+  EXPECT_EQ(in.answers, rec.answers);  // what `ckv eval` scores, per needle
+  EXPECT_EQ(in.task, AnswerTask::Niah);
   const RecordPrompt p = tokenize_record(in, smollm(), false);
   const auto n = static_cast<int64_t>(p.tokens.size());
   EXPECT_EQ(n, rec.n_tokens);

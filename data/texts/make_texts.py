@@ -16,6 +16,13 @@ question's tokens are the evaluation queries:
 
     python3 data/texts/make_texts.py jsonl OUT.jsonl
 
+Question-answering records for `ckv eval` (docs/DUMP.md: answers, task "qa", scored like
+LongBench's QA sets): the hand-checked questions of questions.json (3-4 a text, each with
+the line where its answer is; data/texts/README.md), one record per question, context = the
+whole text, the question an instruction to answer briefly plus "Question: ... Answer:":
+
+    python3 data/texts/make_texts.py qa OUT.jsonl
+
 Summary-style records like LongBench's MultiNews prompt (the paper's Table 9 / Figure 4
 data): each text cut at line boundaries into pieces of about 8,000 characters (1.4K-2.1K
 tokens of the default model), the context an instruction plus the piece, the question the
@@ -109,6 +116,22 @@ def summary_records():
             yield {"id": f"{name}_{i}", "context": SUMMARY_HEAD + piece, "question": SUMMARY_QUESTION}
 
 
+QA_INSTRUCTION = "Answer the question using the text above. Give only the answer, no other words."
+
+
+def qa_records():
+    """One `ckv eval` record per question of questions.json, in file order."""
+    spec = json.loads((HERE / "questions.json").read_text(encoding="utf-8"))
+    if spec.get("format_version") != 1:
+        sys.exit(f"questions.json: format_version {spec.get('format_version')!r}, expected 1")
+    for name, questions in spec["texts"].items():
+        text = (HERE / f"{name}.txt").read_text(encoding="utf-8")
+        for q in questions:
+            yield {"id": q["id"], "context": text,
+                   "question": f"{QA_INSTRUCTION}\n\nQuestion: {q['question']}\nAnswer:",
+                   "answer": q["answers"][0], "answers": q["answers"], "task": "qa"}
+
+
 def main():
     if len(sys.argv) == 2 and sys.argv[1] == "cut":
         for name, make, _, _ in TEXTS:
@@ -121,12 +144,14 @@ def main():
                 text = (HERE / f"{name}.txt").read_text(encoding="utf-8")
                 f.write(json.dumps({"id": name, "context": text, "question": question, "answer": answer},
                                    ensure_ascii=False) + "\n")
-    elif len(sys.argv) == 3 and sys.argv[1] == "summary":
+    elif len(sys.argv) == 3 and sys.argv[1] in ("summary", "qa"):
+        records = summary_records() if sys.argv[1] == "summary" else qa_records()
         with open(sys.argv[2], "w", encoding="utf-8") as f:
-            for rec in summary_records():
+            for rec in records:
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
     else:
-        sys.exit("usage: make_texts.py cut | make_texts.py jsonl OUT.jsonl | make_texts.py summary OUT.jsonl")
+        sys.exit("usage: make_texts.py cut | make_texts.py jsonl OUT.jsonl | make_texts.py summary OUT.jsonl"
+                 " | make_texts.py qa OUT.jsonl")
 
 
 if __name__ == "__main__":

@@ -322,6 +322,7 @@ std::string NiahRecord::to_jsonl(const NiahOptions& o) const {
   for (const std::string& a : answers) joined += (joined.empty() ? "" : ", ") + a;
   j["answer"] = joined;
   j["answers"] = answers;
+  j["task"] = "niah";
   nlohmann::ordered_json spans_json = nlohmann::ordered_json::object();
   for (const auto& [name, list] : spans) {
     nlohmann::ordered_json arr = nlohmann::ordered_json::array();

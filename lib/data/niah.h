@@ -52,7 +52,8 @@ struct NiahRecord {
   int64_t context_tokens = 0;
 
   // One JSONL line (no newline): id, context, question, answer (answers joined by ", "),
-  // answers, spans, span_unit "char", and a "niah" object with the generation settings.
+  // answers, task "niah" (RULER scoring in `ckv eval`), spans, span_unit "char", and a
+  // "niah" object with the generation settings.
   std::string to_jsonl(const NiahOptions& options) const;
 };
 

@@ -23,6 +23,38 @@ std::optional<std::string> optional_string(const json& j, const char* key, std::
   return text;
 }
 
+std::vector<std::string> parse_answers(const json& j, std::string_view where) {
+  std::vector<std::string> answers;
+  if (!j.is_array()) fail<InputError>("{}: \"answers\" must be a list of strings", where);
+  if (j.empty()) fail<InputError>("{}: \"answers\" is an empty list (leave it out when there is no answer)", where);
+  for (size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_string()) fail<InputError>("{}: \"answers\"[{}] must be a string, not {}", where, i, j[i].dump());
+    std::string text = j[i].get<std::string>();
+    if (text.empty()) fail<InputError>("{}: \"answers\"[{}] is empty", where, i);
+    check_text_field(text, where, "answers");
+    answers.push_back(std::move(text));
+  }
+  return answers;
+}
+
+// "task", or the default the header comment gives; needs r.answers parsed.
+AnswerTask parse_task(const json& j, const InputRecord& r, std::string_view where) {
+  auto it = j.find("task");
+  if (it == j.end() || it->is_null()) {
+    if (r.answers.empty()) return AnswerTask::None;
+    if (auto niah = j.find("niah"); niah != j.end() && niah->is_object()) return AnswerTask::Niah;
+    return AnswerTask::Qa;
+  }
+  if (!it->is_string()) fail<InputError>("{}: \"task\" must be \"niah\" or \"qa\", not {}", where, it->dump());
+  const auto task = parse_answer_task(it->get<std::string>());
+  if (!task)
+    fail<InputError>("{}: \"task\" must be \"niah\" or \"qa\", not \"{}\"", where, it->get<std::string>());
+  if (r.answers.empty())
+    fail<InputError>("{}: \"task\" \"{}\" needs a reference answer (\"answers\" or \"answer\")", where,
+                     answer_task_name(*task));
+  return *task;
+}
+
 NamedSpans parse_spans(const json& j, std::string_view where) {
   NamedSpans spans;
   if (j.is_null()) return spans;
@@ -83,6 +115,9 @@ InputRecord parse_record(std::string_view text, std::string_view source, int64_t
   r.question = optional_string(j, "question", where);
   if (r.question && r.question->empty()) r.question.reset();
   r.answer = optional_string(j, "answer", where);
+  if (auto it = j.find("answers"); it != j.end() && !it->is_null()) r.answers = parse_answers(*it, where);
+  else if (r.answer && !r.answer->empty()) r.answers = {*r.answer};
+  r.task = parse_task(j, r, where);
   if (auto unit = optional_string(j, "span_unit", where)) {
     if (*unit == "char") r.span_unit = SpanUnit::Char;
     else if (*unit == "token") r.span_unit = SpanUnit::Token;

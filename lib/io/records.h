@@ -12,6 +12,17 @@
 // (bad JSON, a number beyond double such as 1e400) is refused naming the file and line. "question" and
 // "answer" are strings or absent/null; an empty question means no question.
 //
+// Answer scoring (`ckv eval`, lib/analysis/answer_score.h) reads two more fields:
+//   "answers": ["8528032", "6369474"]  the reference answers, a non-empty list of non-empty
+//              strings; absent/null: the one reference "answer" when that is not empty
+//   "task": "niah" | "qa"              RULER scoring (every reference must appear) or
+//              LongBench scoring (token F1 against the best reference); absent/null: "niah"
+//              when the record has a "niah" object (`ckv niah` writes one), else "qa" when it
+//              has a reference, else none (not scored). A task given explicitly needs a
+//              reference.
+// "answer" stays what other subcommands use (`ckv mask` teacher-forces it): `ckv niah` writes
+// the answers joined by ", " there.
+//
 // Spans are half-open [start, end) ranges. With "span_unit": "char" (the default) they
 // index Unicode code points of "context" (Python's str indices, `s.index(needle)`); they
 // are converted to the smallest token range covering those characters (HF's
@@ -37,6 +48,8 @@
 #include <string_view>
 #include <vector>
 
+#include "analysis/answer_score.h"
+
 namespace ckv {
 
 class Tokenizer;
@@ -57,6 +70,8 @@ struct InputRecord {
   std::string context;
   std::optional<std::string> question;
   std::optional<std::string> answer;
+  std::vector<std::string> answers;  // [references] scored by `ckv eval`; empty: none
+  AnswerTask task = AnswerTask::None;
   SpanUnit span_unit = SpanUnit::Char;
   NamedSpans spans;
 };
