@@ -22,25 +22,6 @@ struct BoundOptions {
   bool kept_report = false;
 };
 
-std::vector<MethodSpec> parse_methods(const std::string& spec) {
-  // Split at top-level commas only: "criticalkv(adakv(snapkv)),attn".
-  std::vector<MethodSpec> out;
-  int depth = 0;
-  std::string cur;
-  for (char ch : spec + ",") {
-    if (ch == ',' && depth == 0) {
-      if (!cur.empty()) out.push_back(MethodSpec::parse(cur));
-      cur.clear();
-      continue;
-    }
-    depth += ch == '(' ? 1 : ch == ')' ? -1 : 0;
-    cur += ch;
-  }
-  if (depth != 0) fail<UsageError>("--methods: '{}' lacks its closing ')'", spec);
-  if (out.empty()) fail<UsageError>("--methods: no method given");
-  return out;
-}
-
 void run_bound(BoundOptions& o, const GlobalOptions& g) {
   finish_options(o.a);
   if (!(o.alpha > 0 && o.alpha <= 1)) fail<UsageError>("--alpha {}: outside (0, 1]", o.alpha);

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/provenance.h"
 #include "io/bound_schema.h"
+#include "io/eval_schema.h"
 #include "io/h5.h"
 #include "io/mask_schema.h"
 #include "io/merge.h"
@@ -51,7 +52,16 @@ SideFiles side_files(const MergeCliOptions& o, const std::string& schema) {
   s.h5 = o.out;
   // Not resumable: a failed merge removes its partial files (and replaces stale ones).
   const AtomicOutputOptions opt{.force = o.force, .resumable = false};
-  if (schema == kBoundSchema) {
+  if (schema == kEvalSchema) {
+    // As `ckv eval -o PREFIX`: OUT is PREFIX or PREFIX.h5.
+    const std::string prefix = o.out.ends_with(".h5") ? o.out.substr(0, o.out.size() - 3) : o.out;
+    s.h5 = prefix + ".h5";
+    s.outputs.emplace_back(prefix + ".csv", opt);
+    s.outputs.emplace_back(prefix + ".json", opt);
+    s.write = [csv = s.outputs[0].partial_path(), json = s.outputs[1].partial_path()](const fs::path& h5) {
+      write_eval_summaries(h5, csv, json);
+    };
+  } else if (schema == kBoundSchema) {
     // As `ckv bound -o PREFIX`: OUT is PREFIX or PREFIX.h5.
     const std::string prefix = o.out.ends_with(".h5") ? o.out.substr(0, o.out.size() - 3) : o.out;
     s.h5 = prefix + ".h5";
@@ -80,7 +90,7 @@ void run_merge(const MergeCliOptions& o, const GlobalOptions& g) {
   {
     // Every output refused (an input, a busy or special file) before any is opened.
     std::vector<fs::path> outputs{o.out};
-    if (schema == kBoundSchema) {
+    if (schema == kBoundSchema || schema == kEvalSchema) {
       const std::string prefix = o.out.ends_with(".h5") ? o.out.substr(0, o.out.size() - 3) : o.out;
       outputs = {prefix + ".h5", prefix + ".csv", prefix + ".json"};
     } else if (!o.csv.empty()) {
@@ -120,9 +130,9 @@ void register_merge(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<MergeCliOptions>();
   CLI::App* cmd = app.add_subcommand("merge", "Merge the shard outputs of a batch job into one file");
   cmd->add_option("out", o->out,
-                  "Merged output (HDF5); for bound/check shards a prefix as their -o (PREFIX[.h5], PREFIX.csv, "
+                  "Merged output (HDF5); for bound/check/eval shards a prefix as their -o (PREFIX[.h5], PREFIX.csv, "
                   "PREFIX.json)")->required();
-  cmd->add_option("shards", o->shards, "Shard outputs (ckv dump|bound|check|mask --shard i/N)")
+  cmd->add_option("shards", o->shards, "Shard outputs (ckv dump|bound|check|mask|eval --shard i/N)")
       ->required()->check(CLI::ExistingFile);
   cmd->add_option("--csv", o->csv, "Mask shards: also write the merged tidy CSV (as `ckv mask --csv`)");
   cmd->add_flag("--allow-missing", o->allow_missing,

@@ -5,6 +5,24 @@
 
 namespace ckv::app {
 
+std::vector<MethodSpec> parse_methods(const std::string& spec) {
+  std::vector<MethodSpec> out;
+  int depth = 0;
+  std::string cur;
+  for (char ch : spec + ",") {
+    if (ch == ',' && depth == 0) {
+      if (!cur.empty()) out.push_back(MethodSpec::parse(cur));
+      cur.clear();
+      continue;
+    }
+    depth += ch == '(' ? 1 : ch == ')' ? -1 : 0;
+    cur += ch;
+  }
+  if (depth != 0) fail<UsageError>("--methods: '{}' lacks its closing ')'", spec);
+  if (out.empty()) fail<UsageError>("--methods: no method given");
+  return out;
+}
+
 void add_method_options(CLI::App& cmd, MethodOptions& o, SelectionParams& params) {
   cmd.add_option("--pyramid-beta", params.pyramid_beta,
                  "pyramidkv: the pyramid's steepness (kvpress PyramidKVPress beta)")->capture_default_str();

@@ -3,6 +3,7 @@
 // DefensiveKV's pooling kernel and its two readings (official code or evident intent,
 // docs/BOUND.md "DefensiveKV"), PyramidKV's beta.
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -14,6 +15,10 @@ struct MethodOptions {
   std::string defensive_share = "before-window", defensive_nu = "heads";
   std::string duo_pattern;  // --duo-pattern TSV
 };
+
+// "criticalkv(adakv(snapkv)),attn": a --methods list, split at top-level commas. Throws
+// UsageError for unbalanced parentheses or an empty list, InputError for an unknown method.
+std::vector<MethodSpec> parse_methods(const std::string& spec);
 
 // Adds --defensive-kernel, --pyramid-beta, --duo-sink, --duo-recent (into params),
 // --defensive-share, --defensive-nu, --duo-pattern.

@@ -1,7 +1,7 @@
 #pragma once
-// `ckv merge`: shard outputs of a batch job (one `ckv dump|bound|check|mask --shard i/N`
-// each) into one file of the same schema: ckv.dump, ckv.bound (kind bound or check) or
-// ckv.mask. All three hold one group /records/<id> per record with `index` and `complete`
+// `ckv merge`: shard outputs of a batch job (one `ckv dump|bound|check|mask|eval --shard
+// i/N` each) into one file of the same schema: ckv.dump, ckv.bound (kind bound or check),
+// ckv.mask or ckv.eval. All of them hold one group /records/<id> per record with `index` and `complete`
 // (batch_output.h); the root attributes come from the first shard, /model (dumps) too.
 // The side files of a schema (bound's CSV and JSON summary) are the caller's: they are
 // regenerated from the merged file (MergeOptions::before_commit).

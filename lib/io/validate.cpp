@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "io/bound_schema.h"
 #include "io/dump_schema.h"
+#include "io/eval_schema.h"
 #include "io/mask_schema.h"
 
 namespace ckv {
@@ -333,8 +334,16 @@ OutputSummary validate(const h5::File& f) {
     check_batch_root(f, s);
     group(f, "records");
     for_each_complete_record(f, check_mask_record);
+  } else if (s.schema == kEvalSchema) {
+    check_eval_schema(f);
+    check_batch_root(f, s);
+    for (const char* a : {"methods", "budgets", "n_layer", "n_head", "n_kv_head"}) need_attr(f, a);
+    const int64_t nl = f.attr_int("n_layer"), nh = f.attr_int("n_head"), nkv = f.attr_int("n_kv_head");
+    if (nl < 1 || nh < 1 || nkv < 1 || nh % nkv != 0) bad(f, "model shape {} layers, {} heads, {} KV heads invalid", nl, nh, nkv);
+    group(f, "records");
+    for_each_complete_record(f, [&](const h5::Group& r) { check_eval_record(r, nl, nh, nkv); });
   } else {
-    fail<FormatError>("{}: not an output of ckv dump, bound, check or mask (schema \"{}\")", f.file_name(),
+    fail<FormatError>("{}: not an output of ckv dump, bound, check, mask or eval (schema \"{}\")", f.file_name(),
                       s.schema.empty() ? "(absent)" : s.schema);
   }
   return s;
