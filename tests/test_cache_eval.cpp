@@ -8,6 +8,7 @@
 //     prompt and that token).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
 #include <numeric>
 #include <random>
@@ -16,6 +17,7 @@
 
 #include "analysis/bound_layer.h"
 #include "analysis/cache_eval.h"
+#include "analysis/layer_allocation.h"
 #include "analysis/mask_plan.h"
 #include "analysis/value_norms.h"
 #include "core/error.h"
@@ -195,6 +197,73 @@ TEST(CacheEval, RefusesWhatACacheCannotDo) {
   s.methods = {MethodSpec::parse("file")};
   EXPECT_THROW(check_cache_eval_settings(s), UsageError);
 }
+
+}  // namespace
+}  // namespace ckv
+
+namespace ckv {
+namespace {
+
+// Every method `ckv mask --method` runs in its pass gives, inside `ckv eval`'s cache, the same
+// evicted sets and the same first-token logits (layer-global allocations from the same
+// pre-pass; DuoAttention from a head pattern).
+class CacheEvalMethods : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CacheEvalMethods, EqualMaskMethod) {
+  const Model& model = model_named("tiny_llama_gqa");
+  const ModelConfig& cf = model.config;
+  Forward fwd(model, {.threads = 2});
+  ThreadPool pool(2);
+  CacheEvalInput input{.id = "m", .prompt = random_tokens(70, cf.vocab, 9), .context_end = 64, .answer_ids = {}};
+  CacheEvalSettings s;
+  s.params.window = 8;
+  s.params.h2o_rows = 16;
+  s.params.duo_sink = 4;
+  s.params.duo_recent = 8;
+  auto pattern = std::make_shared<std::vector<std::vector<double>>>();
+  for (int64_t l = 0; l < cf.n_layer; ++l) {
+    pattern->emplace_back();
+    for (int64_t g = 0; g < cf.n_kv_head; ++g) pattern->back().push_back(static_cast<double>((l * 7 + g * 3) % 5) / 4.0);
+  }
+  s.params.duo_pattern = pattern;
+  s.methods = {MethodSpec::parse(GetParam())};
+  s.budgets = {0.3};
+  s.max_new_tokens = 2;
+  s.ignore_eos = true;
+  const CacheEvalResult r = evaluate_with_cache(fwd, model, input, s, pool);
+  const CacheEvalRun& run = r.runs.at(0);
+  const int64_t c = r.c, n = r.n;
+  std::vector<int64_t> layers(static_cast<size_t>(cf.n_layer)), heads(static_cast<size_t>(cf.n_kv_head)), rows;
+  std::iota(layers.begin(), layers.end(), 0);
+  std::iota(heads.begin(), heads.end(), 0);
+  for (int64_t i = c; i < n; ++i) rows.push_back(i);
+  MethodMask mm{.method = s.methods[0], .budget = run.budget, .params = s.params, .c = c, .eval_rows = rows,
+                .layers = layers, .kv_heads = heads, .pool = &pool, .layer_totals = {}};
+  if (mm.method.layer_global()) {
+    DefensiveCollector col(model.weights, cf.n_head, c, s.params, &pool);
+    ForwardRequest pre;
+    pre.record.qkv = true;
+    pre.recorder = &col;
+    fwd.run(std::span(input.prompt).first(static_cast<size_t>(c)), pre);
+    mm.layer_totals = col.totals(run.budget);
+  }
+  EvictionPlan plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, c, n);
+  ForwardRequest masked;
+  masked.layer_mask = method_mask_source(cf, model.weights, mm, &plan);
+  const ForwardResult ref = fwd.run(input.prompt, masked);
+  EXPECT_EQ(plan.evicted, run.plan.evicted);
+  EXPECT_FALSE(run.plan.empty());
+  EXPECT_LE(relative_error(run.first_logits, ref.logits.span()), 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, CacheEvalMethods,
+                         ::testing::Values("h2o", "adakv(snapkv)", "criticalkv(h2o)", "pyramidkv", "defensivekv",
+                                           "layer-defensivekv", "duoattention", "criticalkv(attn)", "adakv(attn)"),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           std::string name;
+                           for (char ch : p.param) name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace ckv
