@@ -11,8 +11,8 @@
 
 #include "core/error.h"
 #include "golden_file.h"
-#include "io/dump_schema.h"
-#include "io/records.h"
+#include "output/dump_schema.h"
+#include "data/records.h"
 #include "test_dump_util.h"
 
 namespace ckv {

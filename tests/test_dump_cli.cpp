@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "io/batch_output.h"
-#include "io/dump_schema.h"
+#include "output/batch_output.h"
+#include "output/dump_schema.h"
 #include "test_dump_util.h"
 
 namespace ckv {

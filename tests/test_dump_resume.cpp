@@ -3,7 +3,7 @@
 // the result equals an uninterrupted run, record by record.
 #include <gtest/gtest.h>
 
-#include "io/dump_schema.h"
+#include "output/dump_schema.h"
 #include "test_shard_util.h"
 
 namespace ckv {

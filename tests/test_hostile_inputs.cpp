@@ -22,7 +22,7 @@
 #include "core/tensor.h"
 #include "io/gguf.h"
 #include "io/h5.h"
-#include "io/records.h"
+#include "data/records.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "test_dump_util.h"

@@ -1,11 +1,11 @@
-// ckv merge (lib/io/merge.h) and `ckv dump --shard`: shards of a small batch on the default
+// ckv merge (lib/output/merge.h) and `ckv dump --shard`: shards of a small batch on the default
 // model merged equal one single-process run of the same records; missing and duplicated
 // records and shards of another model or command are refused.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "io/h5.h"
-#include "io/merge.h"
+#include "output/merge.h"
 #include "test_shard_util.h"
 
 namespace ckv {

@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "data/niah.h"
-#include "io/records.h"
+#include "data/records.h"
 #include "model/tokenizer.h"
 
 namespace ckv {

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "model/rope_freq.h"
 #include "ops/attention.h"
 #include "ops/linear.h"
 #include "ops/mlp.h"

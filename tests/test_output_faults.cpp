@@ -18,9 +18,9 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "io/batch_output.h"
+#include "output/batch_output.h"
 #include "io/h5.h"
-#include "io/validate.h"
+#include "output/validate.h"
 #include "test_dump_util.h"
 
 namespace ckv {

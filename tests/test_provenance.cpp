@@ -11,7 +11,7 @@
 
 #include "ckv/version.h"
 #include "core/error.h"
-#include "core/provenance.h"
+#include "output/provenance.h"
 #include "io/h5.h"
 
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-// The answer fields of input records (lib/io/records.h): "answers" and "task", their
+// The answer fields of input records (lib/data/records.h): "answers" and "task", their
 // defaults, and hostile values refused with one InputError naming the file and line.
 #include <string>
 #include <vector>
@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/records.h"
+#include "data/records.h"
 
 namespace ckv {
 namespace {

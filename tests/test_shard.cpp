@@ -9,8 +9,8 @@
 
 #include "core/error.h"
 #include "core/shard.h"
-#include "io/batch_output.h"
-#include "io/records.h"
+#include "output/batch_output.h"
+#include "data/records.h"
 
 namespace ckv {
 namespace {

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/atomic_file.h"
-#include "io/merge.h"
+#include "output/merge.h"
 #include "test_shard_util.h"
 
 namespace ckv {

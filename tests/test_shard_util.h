@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
-#include "io/batch_output.h"
+#include "output/batch_output.h"
 #include "test_dump_util.h"
 
 namespace ckv::test {

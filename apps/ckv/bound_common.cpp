@@ -21,9 +21,9 @@
 #include "core/sha256.h"
 #include "core/shard.h"
 #include "core/thread_pool.h"
-#include "io/batch_output.h"
-#include "io/dump_schema.h"
-#include "io/records.h"
+#include "output/batch_output.h"
+#include "output/dump_schema.h"
+#include "data/records.h"
 #include "model/forward.h"
 #include "model/model.h"
 

@@ -13,8 +13,8 @@
 #include "analysis/bound_layer.h"
 #include "common.h"
 #include "method_options.h"
-#include "core/provenance.h"
-#include "io/bound_schema.h"
+#include "output/provenance.h"
+#include "output/bound_schema.h"
 #include "prompt_input.h"
 
 namespace ckv::app {

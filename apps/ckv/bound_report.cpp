@@ -18,7 +18,7 @@
 
 #include "analysis/selection.h"
 #include "core/error.h"
-#include "io/bound_schema.h"
+#include "output/bound_schema.h"
 
 namespace ckv::app {
 namespace {

@@ -1,6 +1,6 @@
 #pragma once
 // The CSV, JSON summary and console report of `ckv bound` / `ckv check`, regenerated from
-// a complete bound HDF5 file (lib/io/bound_schema.h): one code path for a run, a resumed
+// a complete bound HDF5 file (lib/output/bound_schema.h): one code path for a run, a resumed
 // run and a merge of shards, so all three give the same CSV, JSON and console tables.
 #include <cstdint>
 #include <filesystem>

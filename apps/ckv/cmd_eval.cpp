@@ -1,7 +1,7 @@
 // ckv eval: answers under eviction with a KV cache, record by record, beside the measured
 // perturbation (docs/EVAL.md). Per record: the full cache and every method x budget
 // (analysis/cache_eval.h), each decoded greedily and scored as the record's task defines
-// (analysis/answer_score.h); HDF5 + CSV + JSON (io/eval_schema.h) with shards, --resume and
+// (analysis/answer_score.h); HDF5 + CSV + JSON (output/eval_schema.h) with shards, --resume and
 // `ckv merge`; a console table of accuracy per method x budget (the paper's Figure 2).
 #include <cctype>
 #include <filesystem>
@@ -15,13 +15,13 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/progress.h"
-#include "core/provenance.h"
+#include "output/provenance.h"
 #include "core/sha256.h"
 #include "core/shard.h"
 #include "core/thread_pool.h"
-#include "io/batch_output.h"
-#include "io/dump_schema.h"
-#include "io/eval_schema.h"
+#include "output/batch_output.h"
+#include "output/dump_schema.h"
+#include "output/eval_schema.h"
 #include "method_options.h"
 #include "model/forward.h"
 #include "model/model.h"

@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/dump_schema.h"
+#include "output/dump_schema.h"
 #include "io/h5.h"
-#include "io/validate.h"
+#include "output/validate.h"
 
 namespace ckv::app {
 

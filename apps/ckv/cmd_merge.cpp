@@ -1,6 +1,6 @@
 // ckv merge OUT SHARD.h5...: one file from the shard outputs of a batch job (ckv dump,
 // bound, check or mask with --shard), after checking that they belong together and hold
-// every input record exactly once (lib/io/merge.h). The schema decides the side files: a
+// every input record exactly once (lib/output/merge.h). The schema decides the side files: a
 // bound/check merge also writes OUT's .csv and .json, regenerated from the merged HDF5
 // exactly as a single run writes them (bound_report.h); a mask merge writes --csv.
 #include <fstream>
@@ -14,12 +14,12 @@
 #include "common.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "core/provenance.h"
-#include "io/bound_schema.h"
-#include "io/eval_schema.h"
+#include "output/provenance.h"
+#include "output/bound_schema.h"
+#include "output/eval_schema.h"
 #include "io/h5.h"
-#include "io/mask_schema.h"
-#include "io/merge.h"
+#include "output/mask_schema.h"
+#include "output/merge.h"
 
 namespace ckv::app {
 namespace {

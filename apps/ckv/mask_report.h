@@ -2,7 +2,7 @@
 // The console summary `ckv mask` prints after each record (docs/MASK.md): per-layer
 // residual, Delta_theta, retained-mass and sink columns of the target run, then each run's
 // next-token and answer measures and generations.
-#include "io/mask_schema.h"
+#include "output/mask_schema.h"
 
 namespace ckv::app {
 

@@ -10,7 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/shard.h"
-#include "io/records.h"
+#include "data/records.h"
 #include "model/model.h"
 
 namespace ckv::app {

@@ -9,7 +9,7 @@
 //   ForwardRequest req;  req.mask = plan.to_mask(seq);
 //
 // Spans are half-open [start, end) token positions, as Python slices and the spans of
-// input records (lib/io/records.h). Every error is one InputError line naming the option
+// input records (lib/data/records.h). Every error is one InputError line naming the option
 // or file and what is wrong.
 #include <cstdint>
 #include <filesystem>
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "analysis/selection.h"
-#include "io/records.h"
+#include "core/spans.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "ops/attention.h"

@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "io/records.h"
+#include "core/spans.h"
 
 namespace ckv {
 

@@ -2,7 +2,7 @@
 // RULER-style needle-in-a-haystack prompts (docs/NIAH.md), fitted to a target length in
 // tokens of a given tokenizer, with the needle spans (evidence) and length-matched
 // distractor spans recorded in the JSONL format that `ckv dump --input` reads
-// (lib/io/records.h; spans in code points of "context").
+// (lib/data/records.h; spans in code points of "context").
 //
 // Deterministic for a seed on every machine: the only randomness is std::mt19937_64 (its
 // output sequence is fixed by the C++ standard) mapped to ranges by the functions in
@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/records.h"
+#include "data/records.h"
 
 namespace ckv {
 

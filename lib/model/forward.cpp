@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "model/rope_freq.h"
 #include "ops/linear.h"
 #include "ops/mlp.h"
 #include "ops/rms_norm.h"

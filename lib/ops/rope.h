@@ -1,12 +1,11 @@
 #pragma once
 // Rotary position embedding in HF's rotate_half convention (MODELS.md "RoPE (HF)"):
 // for i < d_head/2, out[i] = x[i]*cos - x[i+d/2]*sin, out[i+d/2] = x[i+d/2]*cos + x[i]*sin,
-// with angle pos * inv_freq[i].
+// with angle pos * inv_freq[i]. The frequencies are the model's (model/rope_freq.h).
 #include <span>
 #include <vector>
 
 #include "core/tensor.h"
-#include "model/config.h"
 
 namespace ckv {
 
@@ -17,11 +16,6 @@ struct RopeTable {
   std::vector<float> cos;  // [seq, d_head/2]
   std::vector<float> sin;  // [seq, d_head/2]
 };
-
-// inv_freq[i] = theta^(-2i/d_head), then llama3 scaling from the config, or, when
-// freq_factors ([d_head/2], GGUF rope_freqs) is non-empty, inv_freq[i] / freq_factors[i]
-// instead (the two are the same scaling stored two ways).
-std::vector<float> rope_inv_freq(const ModelConfig& config, std::span<const float> freq_factors);
 
 // Angles are formed in fp32 as the reference does (float(pos) * inv_freq), then cos/sin.
 RopeTable make_rope_table(std::span<const float> inv_freq, int64_t seq);

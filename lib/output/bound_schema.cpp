@@ -1,12 +1,12 @@
-#include "io/bound_schema.h"
+#include "output/bound_schema.h"
 
 #include <cmath>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "core/provenance.h"
-#include "io/batch_output.h"
+#include "output/provenance.h"
+#include "output/batch_output.h"
 
 namespace ckv {
 

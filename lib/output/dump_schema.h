@@ -2,7 +2,7 @@
 // The HDF5 layout of `ckv dump` (schema "ckv.dump", version 1; docs/DUMP.md documents
 // every object). This file writes it record by record; the root's shard and input
 // attributes, the per-record `complete` flag and the --resume checks are those of every
-// batch output (io/batch_output.h). It does not run the model.
+// batch output (output/batch_output.h). It does not run the model.
 //
 //   DumpFile dump = DumpFile::create(out.partial_path(), prov, model, settings);
 //   RecordWriter rec = dump.begin_record(meta);      // replaces an unfinished group
@@ -23,7 +23,7 @@
 
 #include "core/tensor.h"
 #include "io/h5.h"
-#include "io/records.h"
+#include "data/records.h"
 
 namespace ckv {
 

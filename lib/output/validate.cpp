@@ -1,4 +1,4 @@
-#include "io/validate.h"
+#include "output/validate.h"
 
 #include <algorithm>
 #include <set>
@@ -11,10 +11,10 @@
 
 #include "analysis/perturbation.h"
 #include "core/error.h"
-#include "io/bound_schema.h"
-#include "io/dump_schema.h"
-#include "io/eval_schema.h"
-#include "io/mask_schema.h"
+#include "output/bound_schema.h"
+#include "output/dump_schema.h"
+#include "output/eval_schema.h"
+#include "output/mask_schema.h"
 
 namespace ckv {
 namespace {

@@ -1,12 +1,12 @@
-#include "io/mask_schema.h"
+#include "output/mask_schema.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "core/provenance.h"
-#include "io/batch_output.h"
+#include "output/provenance.h"
+#include "output/batch_output.h"
 
 namespace ckv {
 

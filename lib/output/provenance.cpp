@@ -1,4 +1,4 @@
-#include "core/provenance.h"
+#include "output/provenance.h"
 
 #include <pwd.h>
 #include <unistd.h>

@@ -55,7 +55,7 @@ struct ResumeExpectation {
 // command or shard.
 void check_resumable_output(const h5::File& file, const ResumeExpectation& expected);
 // The same for the file a --resume of `out` would continue (its partial file, else `out`),
-// when there is one, after checking the whole file (validate_output, io/validate.h): call it
+// when there is one, after checking the whole file (validate_output, output/validate.h): call it
 // before AtomicOutput moves a finished output back to the partial name, so that a refused
 // --resume leaves the file where it was, unmodified. A partial file without a header
 // (has_no_header) is not checked: the run starts it over (restart_headerless).

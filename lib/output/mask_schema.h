@@ -17,7 +17,7 @@
 #include "analysis/mask_metrics.h"
 #include "analysis/mask_plan.h"
 #include "io/h5.h"
-#include "io/records.h"
+#include "data/records.h"
 
 namespace ckv {
 

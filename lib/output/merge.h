@@ -62,7 +62,7 @@ MergeReport merge_shards(const std::filesystem::path& out,
                          const MergeOptions& options);
 
 // The schema ("ckv.dump", ...) of a file `ckv merge` can merge, after checking it whole
-// (validate_output, io/validate.h); FormatError naming the file and object otherwise.
+// (validate_output, output/validate.h); FormatError naming the file and object otherwise.
 std::string mergeable_schema(const h5::File& file);
 
 // InputError when a shard is given twice or an output (or its partial file) is one of the

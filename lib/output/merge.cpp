@@ -1,5 +1,5 @@
 // ckv merge: the checks that shards belong together, and the copy into one file.
-#include "io/merge.h"
+#include "output/merge.h"
 
 #include <hdf5.h>
 #include <sys/stat.h>
@@ -13,15 +13,15 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "core/provenance.h"
+#include "output/provenance.h"
 #include "core/sha256.h"
-#include "io/batch_output.h"
-#include "io/bound_schema.h"
-#include "io/dump_schema.h"
+#include "output/batch_output.h"
+#include "output/bound_schema.h"
+#include "output/dump_schema.h"
 #include "io/h5.h"
-#include "io/mask_schema.h"
-#include "io/records.h"
-#include "io/validate.h"
+#include "output/mask_schema.h"
+#include "data/records.h"
+#include "output/validate.h"
 
 namespace ckv {
 namespace fs = std::filesystem;

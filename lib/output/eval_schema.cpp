@@ -1,4 +1,4 @@
-#include "io/eval_schema.h"
+#include "output/eval_schema.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "core/provenance.h"
-#include "io/batch_output.h"
+#include "output/provenance.h"
+#include "output/batch_output.h"
 
 namespace ckv {
 

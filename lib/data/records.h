@@ -49,17 +49,11 @@
 #include <vector>
 
 #include "analysis/answer_score.h"
+#include "core/spans.h"
 
 namespace ckv {
 
 class Tokenizer;
-
-struct SpanRange {
-  int64_t start = 0;  // inclusive
-  int64_t end = 0;    // exclusive
-  bool operator==(const SpanRange&) const = default;
-};
-using NamedSpans = std::map<std::string, std::vector<SpanRange>>;
 
 enum class SpanUnit { Char, Token };
 

@@ -1,4 +1,4 @@
-#include "io/batch_output.h"
+#include "output/batch_output.h"
 
 #include <algorithm>
 #include <fstream>
@@ -9,9 +9,9 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "core/provenance.h"
-#include "io/merge.h"
-#include "io/validate.h"
+#include "output/provenance.h"
+#include "output/merge.h"
+#include "output/validate.h"
 
 namespace ckv {
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "io/records.h"
+#include "data/records.h"
 
 #include <algorithm>
 

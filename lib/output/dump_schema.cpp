@@ -1,11 +1,11 @@
-#include "io/dump_schema.h"
+#include "output/dump_schema.h"
 
 #include <algorithm>
 #include <charconv>
 
 #include "core/error.h"
-#include "core/provenance.h"
-#include "io/batch_output.h"
+#include "output/provenance.h"
+#include "output/batch_output.h"
 #include "model/model.h"
 
 namespace ckv {

@@ -1,0 +1,45 @@
+#include "model/rope_freq.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+
+namespace ckv {
+
+std::vector<float> rope_inv_freq(const ModelConfig& config, std::span<const float> freq_factors) {
+  const int64_t half = config.d_head / 2;
+  if (!freq_factors.empty() && static_cast<int64_t>(freq_factors.size()) != half)
+    fail<FormatError>("rope_freqs: {} factors for d_head {} (expected {})", freq_factors.size(),
+                      config.d_head, half);
+  const RopeScaling& sc = config.rope_scaling;
+  const bool llama3 = sc.type == "llama3" && freq_factors.empty();
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    // HF computes base ** (2i/d) in fp32; computing in double and rounding agrees to 1 ulp.
+    double inv = 1.0 / std::pow(config.rope_theta,
+                                static_cast<double>(2 * i) / static_cast<double>(config.d_head));
+    inv = static_cast<float>(inv);
+    if (!freq_factors.empty()) {
+      inv /= freq_factors[static_cast<size_t>(i)];
+    } else if (llama3) {
+      // MODELS.md: wavelength w = 2*pi/inv; long waves are slowed by `factor`, short ones
+      // kept, and the band between is interpolated.
+      const double old_len = static_cast<double>(sc.original_max_position);
+      const double wavelen = 2.0 * std::numbers::pi / inv;
+      if (wavelen > old_len / sc.low_freq_factor) {
+        inv = inv / sc.factor;
+      } else if (wavelen >= old_len / sc.high_freq_factor) {
+        const double smooth =
+            (old_len / wavelen - sc.low_freq_factor) / (sc.high_freq_factor - sc.low_freq_factor);
+        inv = (1.0 - smooth) * inv / sc.factor + smooth * inv;
+      }
+    } else if (sc.type != "default" && !sc.type.empty()) {
+      fail<UnsupportedError>("rope scaling type '{}' is not supported (default, llama3)", sc.type);
+    }
+    inv_freq[static_cast<size_t>(i)] = static_cast<float>(inv);
+  }
+  return inv_freq;
+}
+
+}  // namespace ckv
