@@ -12,12 +12,12 @@
 #include <set>
 
 #include "core/shard.h"
+#include "data/records.h"
 #include "fuzz_util.h"
-#include "io/batch_output.h"
 #include "io/gguf.h"
-#include "io/records.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "output/batch_output.h"
 #include "prompt_input.h"
 
 namespace {
