@@ -1,7 +1,7 @@
 #pragma once
 // Error checking and shared handles for the .cu files (CUDA types allowed: never included
 // from lib/ or apps/). Every CUDA and cuBLAS call goes through a check that throws
-// std::runtime_error with the call, file and line.
+// ckv::DeviceError (core/error.h) with the call, file and line: one `ckv: error:` line.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -9,6 +9,10 @@
 #include <string>
 
 namespace ckv::cuda::detail {
+
+// Throws ckv::DeviceError(message): compiled by the host compiler (device_error.cpp), so the
+// .cu files need not parse the library's headers.
+[[noreturn]] void raise_device_error(const std::string& message);
 
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file,
                                    int line);

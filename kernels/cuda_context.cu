@@ -1,5 +1,5 @@
 // Device discovery, error reporting, device buffers and the cuBLAS handle.
-#include <stdexcept>
+#include <string>
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
@@ -15,13 +15,13 @@ bool available() {
 namespace detail {
 
 void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
-  throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + call +
-                           " failed: " + cudaGetErrorString(status));
+  raise_device_error(std::string("CUDA: ") + call + " failed: " + cudaGetErrorString(status) + " (" + file + ":" +
+                     std::to_string(line) + ")");
 }
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
-  throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + call +
-                           " failed: " + cublasGetStatusString(status));
+  raise_device_error(std::string("cuBLAS: ") + call + " failed: " + cublasGetStatusString(status) + " (" + file +
+                     ":" + std::to_string(line) + ")");
 }
 
 cublasHandle_t cublas_handle() {
@@ -38,7 +38,16 @@ cublasHandle_t cublas_handle() {
 }
 
 DeviceBuffer::DeviceBuffer(size_t n) {
-  if (n > 0) CKV_CUDA_CHECK(cudaMalloc(&ptr_, n * sizeof(float)));
+  if (n == 0) return;
+  const cudaError_t status = cudaMalloc(&ptr_, n * sizeof(float));
+  if (status == cudaErrorMemoryAllocation) {
+    size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    raise_device_error("CUDA: out of device memory: " + std::to_string(n * sizeof(float)) + " bytes asked, " +
+                       std::to_string(free) + " of " + std::to_string(total) + " free (" + cudaGetErrorString(status) +
+                       ")");
+  }
+  if (status != cudaSuccess) throw_cuda_error(status, "cudaMalloc", __FILE__, __LINE__);
 }
 
 DeviceBuffer::~DeviceBuffer() {

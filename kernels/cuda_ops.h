@@ -1,8 +1,9 @@
 #pragma once
 // Host-side launch API of the CUDA kernels. No CUDA types appear here, so lib/ and apps/
 // include it in builds without nvcc; there available() is false and every launcher throws
-// std::runtime_error("... built without CUDA").
-// Errors from CUDA or cuBLAS throw std::runtime_error naming the call, file and line.
+// ckv::DeviceError("... built without CUDA").
+// Errors from CUDA or cuBLAS throw ckv::DeviceError naming the call, file and line (out of
+// memory: the size asked for and what is free).
 #include <cstdint>
 
 namespace ckv::cuda {

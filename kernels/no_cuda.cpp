@@ -1,13 +1,14 @@
 // Built instead of the .cu files when nvcc is absent: the launch API reports no device.
-#include <stdexcept>
+#include <string>
 
+#include "core/error.h"
 #include "cuda_ops.h"
 
 namespace ckv::cuda {
 
 namespace {
 [[noreturn]] void no_cuda(const char* what) {
-  throw std::runtime_error(std::string("cuda::") + what + ": ckv was built without CUDA");
+  throw DeviceError(std::string("cuda::") + what + ": ckv was built without CUDA");
 }
 }  // namespace
 

@@ -1,6 +1,6 @@
 // RMSNorm kernel: one block per row; each thread sums squares over a strided slice of the
 // row, warps reduce with shuffles, warp sums meet in shared memory. fp32 throughout.
-#include <stdexcept>
+#include <string>
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
@@ -41,8 +41,8 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
 
 void check_shape(int64_t rows, int64_t cols) {
   if (rows < 0 || cols <= 0 || rows > 0x7fffffff)
-    throw std::runtime_error("cuda::rms_norm: bad shape [" + std::to_string(rows) + ", " +
-                             std::to_string(cols) + "]");
+    detail::raise_device_error("cuda::rms_norm: bad shape [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                               "]");
 }
 
 }  // namespace

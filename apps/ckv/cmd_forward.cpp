@@ -119,17 +119,22 @@ void run_timing(const ForwardCmdOptions& o, Forward& forward, const std::vector<
                       {"record_all", o.record_all},    {"prefill_seconds", seconds},
                       {"prefill_cpu_seconds", cpu_seconds}};
   if (o.generate > 0) {
-    // Decoding over the cache: every step feeds one token (the first is predicted by the
-    // prefill's last row, so N tokens take N - 1 steps of the model).
+    // Decoding over the cache: the first token comes from the prefill's last row; one
+    // untimed step (a warm-up, as bench/bench_decode.py takes for every engine), then
+    // generate - 1 timed steps, each feeding one token and reading its logits.
+    DecodeOptions decode;
+    decode.max_new_tokens = 1;  // EOS ignored: every run decodes the same count
+    const Decoded warm = greedy_decode(forward, cache, last.logits.span(), decode);
+    const std::vector<int32_t> next{warm.tokens.back()};
+    const ForwardResult step = forward.run_cached(next, cache);
+    decode.max_new_tokens = o.generate;
     const double cpu_start = cpu_now();
     auto start = std::chrono::steady_clock::now();
-    DecodeOptions decode;
-    decode.max_new_tokens = o.generate;  // EOS ignored: every run decodes the same count
-    const Decoded d = greedy_decode(forward, cache, last.logits.span(), decode);
+    const Decoded d = greedy_decode(forward, cache, step.logits.span(), decode);
     j["decode_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     j["decode_cpu_seconds"] = cpu_now() - cpu_start;
-    j["decode_tokens"] = d.tokens.size();
-    j["decode_steps"] = d.tokens.empty() ? 0 : d.tokens.size() - 1;
+    j["decode_tokens"] = d.tokens.size() - 1;  // model steps timed: the last token is not fed
+    j["kv_cache_bytes"] = cache.bytes();
   }
   fmt::print("{}\n", j.dump());
 }

@@ -41,6 +41,14 @@ class UsageError : public InputError {
   using InputError::InputError;
 };
 
+// A failure of the compute device: a CUDA or cuBLAS call that failed (naming the call,
+// file and line; out of memory names the size asked for), or a device asked of a build
+// without it.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
 // An operating-system failure: a file that cannot be opened, mapped or written.
 class IoError : public Error {
  public:
