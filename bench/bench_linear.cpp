@@ -6,7 +6,8 @@
 //   cmake --build build --target ckv_bench_linear
 //   build/ckv_bench_linear --benchmark_filter='576x1536' --benchmark_min_time=0.2
 //
-// Names: <path>/<dtype>/<out>x<in>/rows:<r>/threads:<t>. step/<path>/... runs every linear
+// Names: <path>/<dtype>/<out>x<in>/rows:<r>/threads:<t>; CPU time is the whole process's
+// (all pool threads), the fair measure when the machine is shared. step/<path>/... runs every linear
 // layer of one decode step of the default model ($CKV_MODEL or models/), in forward order,
 // on one row: the ceiling that the linear layers put on decode tokens/s.
 // Rows beyond kLinearFewRows show
@@ -182,6 +183,7 @@ const bool registered = [] {
         ->ArgNames({"rows", "threads"})
         ->ArgsProduct({{1}, {1, 2}})
         ->Unit(benchmark::kMillisecond)
+        ->MeasureProcessCPUTime()
         ->UseRealTime();
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
   for (const Shape& s : kShapes)
@@ -191,6 +193,7 @@ const bool registered = [] {
         ->ArgNames({"rows", "threads"})
         ->ArgsProduct({{1}, {1, 2}})
         ->Unit(benchmark::kMicrosecond)
+        ->MeasureProcessCPUTime()
         ->UseRealTime();
 #endif
   for (const Shape& s : kShapes)
@@ -203,6 +206,7 @@ const bool registered = [] {
             ->ArgNames({"rows", "threads"})
             ->ArgsProduct({{1, 2, 4, 8, 16}, {1, 2}})
             ->Unit(benchmark::kMicrosecond)
+            ->MeasureProcessCPUTime()
             ->UseRealTime();
       }
   return true;

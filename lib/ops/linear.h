@@ -9,17 +9,18 @@ class ThreadPool;
 
 // x: [rows, in], weight: [out, in] (any stored dtype), bias: [out] or empty, y: [rows, out]
 // (resized). Two paths, both independent of the number of threads bit for bit:
-//  - rows > kLinearFewRows (prefill): work is split over chunks of output columns whose
-//    width depends on the shape only; each chunk converts its weight rows to float32 in
-//    thread-local scratch (a tile) and multiplies with one Eigen GEMM, so the result equals
-//    bit for bit the product with the weight converted to float32 first.
-//  - rows <= kLinearFewRows (decode): each output is a dot product with its weight row
-//    dequantised block by block in registers (no tile). The weight values are exactly
+//  - tiled (rows > kLinearFewRows, or a float32 weight read in place at any rows): work
+//    is split over chunks of output columns whose width depends on the shape only; each
+//    chunk converts its weight rows to float32 in thread-local scratch (a tile) and
+//    multiplies with one Eigen GEMM, so the result equals bit for bit the product with the
+//    weight converted to float32 first.
+//  - fused (rows <= kLinearFewRows, decode): each output is a dot product with its weight
+//    row dequantised block by block in registers (no tile). The weight values are exactly
 //    rows_f32's; only the order of summation differs (fused multiply-adds into 4 x 16
 //    partial sums, added in a fixed tree), so each output differs from the float32 product
-//    by rounding only: |y - y_f32| <= 2 * in * 2^-24 * sum_i |x_i w_i| (the two orders' error
-//    bounds added; tests/test_linear_few_rows.cpp checks it for every dtype). A row's result
-//    does not depend on the other rows of the call either.
+//    by rounding only: |y - y_f32| <= 2 * (in + 1) * 2^-24 * (sum_i |x_i w_i| + |b|) (the
+//    two orders' error bounds added; tests/test_linear_few_rows.cpp checks it for every
+//    dtype). A row's result does not depend on the other rows of the call either.
 void linear(const Tensor& x, const WeightMatrix& weight, const Tensor& bias, Tensor& y,
             ThreadPool& pool);
 // Rows [begin, begin+count) of x [rows, in] only: y [count, out] (resized). What a caller

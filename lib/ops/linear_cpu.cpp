@@ -19,7 +19,9 @@ int64_t linear_column_chunk(int64_t out, int64_t in) {
 
 void linear_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias, float* y,
                 int64_t y_stride, int64_t rows, ThreadPool& pool) {
-  if (rows <= kLinearFewRows)
+  // A float32 weight read in place gains nothing from the fused kernel: Eigen's product
+  // streams it faster (bench/bench_linear.cpp, docs/PERF.md "Decode").
+  if (rows <= kLinearFewRows && w.f32_rows(0) == nullptr)
     linear_few_rows_cpu(x, x_stride, w, bias, y, y_stride, rows, pool);
   else
     linear_tiled_cpu(x, x_stride, w, bias, y, y_stride, rows, pool);
