@@ -28,6 +28,12 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
+// The 16-lane vectors are passed between inlined helpers of this file only; GCC's note that
+// their calling convention differs without AVX-512 does not concern them.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 namespace ckv::detail {
 namespace {
 
