@@ -8,10 +8,19 @@ namespace ckv {
 class ThreadPool;
 
 // x: [rows, in], weight: [out, in] (any stored dtype), bias: [out] or empty, y: [rows, out]
-// (resized). Work is split over chunks of output columns whose width depends on the shape
-// only; each chunk converts its weight rows to float32 in thread-local scratch (a tile)
-// and multiplies with one Eigen GEMM, so the result does not depend on the number of
-// threads, and equals bit for bit the product with the weight converted to float32 first.
+// (resized). Two paths, both independent of the number of threads bit for bit:
+//  - tiled (rows > kLinearFewRows, or a float32 weight read in place at any rows): work
+//    is split over chunks of output columns whose width depends on the shape only; each
+//    chunk converts its weight rows to float32 in thread-local scratch (a tile) and
+//    multiplies with one Eigen GEMM, so the result equals bit for bit the product with the
+//    weight converted to float32 first.
+//  - fused (rows <= kLinearFewRows, decode): each output is a dot product with its weight
+//    row dequantised block by block in registers (no tile). The weight values are exactly
+//    rows_f32's; only the order of summation differs (fused multiply-adds into 4 x 16
+//    partial sums, added in a fixed tree), so each output differs from the float32 product
+//    by rounding only: |y - y_f32| <= 2 * (in + 1) * 2^-24 * (sum_i |x_i w_i| + |b|) (the
+//    two orders' error bounds added; tests/test_linear_few_rows.cpp checks it for every
+//    dtype). A row's result does not depend on the other rows of the call either.
 void linear(const Tensor& x, const WeightMatrix& weight, const Tensor& bias, Tensor& y,
             ThreadPool& pool);
 // Rows [begin, begin+count) of x [rows, in] only: y [count, out] (resized). What a caller
@@ -22,6 +31,10 @@ void linear_rows(const Tensor& x, int64_t begin, int64_t count, const WeightMatr
 // [chunk, d_ff] MLP intermediates and [chunk, n_head*d_head] projections replace
 // [seq, ...] ones (docs/PERF.md). A sequence of at most this many rows is one chunk.
 inline constexpr int64_t kLinearRowChunk = 1024;
+// The most rows that take the few-row (decode) path: below it the fused kernel reads each
+// weight once for all rows and beats converting a tile; above it the GEMM wins
+// (bench/bench_linear.cpp, docs/PERF.md "Decode").
+inline constexpr int64_t kLinearFewRows = 8;
 // The same with a float32 weight [out, in] (tests, analysis).
 void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y, ThreadPool& pool);
 
@@ -32,8 +45,17 @@ int64_t linear_column_chunk(int64_t out, int64_t in);
 
 // x: [rows, in] with row stride x_stride; w: [out, in]; bias: [out] or null;
 // y: [rows, out] with row stride y_stride.
+// Dispatches on rows (kLinearFewRows) to one of the two below.
 void linear_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias, float* y,
                 int64_t y_stride, int64_t rows, ThreadPool& pool);
+// The tiled GEMM path, for any rows.
+void linear_tiled_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias,
+                      float* y, int64_t y_stride, int64_t rows, ThreadPool& pool);
+// The fused dequantise-and-dot path, for any rows (meant for few).
+void linear_few_rows_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias,
+                         float* y, int64_t y_stride, int64_t rows, ThreadPool& pool);
+// Output rows per task of the few-row path (shape only; results do not depend on it).
+int64_t linear_few_rows_chunk(int64_t out, int64_t in);
 }  // namespace detail
 
 }  // namespace ckv

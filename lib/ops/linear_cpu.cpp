@@ -19,6 +19,16 @@ int64_t linear_column_chunk(int64_t out, int64_t in) {
 
 void linear_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias, float* y,
                 int64_t y_stride, int64_t rows, ThreadPool& pool) {
+  // A float32 weight read in place gains nothing from the fused kernel: Eigen's product
+  // streams it faster (bench/bench_linear.cpp, docs/PERF.md "Decode").
+  if (rows <= kLinearFewRows && w.f32_rows(0) == nullptr)
+    linear_few_rows_cpu(x, x_stride, w, bias, y, y_stride, rows, pool);
+  else
+    linear_tiled_cpu(x, x_stride, w, bias, y, y_stride, rows, pool);
+}
+
+void linear_tiled_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias,
+                      float* y, int64_t y_stride, int64_t rows, ThreadPool& pool) {
   using Stride = Eigen::OuterStride<>;
   const int64_t in = w.cols(), out = w.rows();
   const Eigen::Map<const RowMatrix, 0, Stride> input(x, rows, in, Stride(x_stride));  // [rows, in]
