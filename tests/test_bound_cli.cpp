@@ -222,4 +222,32 @@ TEST(BoundCli, RefusesCompositionsOfDefensiveKv) {
   EXPECT_EQ(ok.status, 0) << ok.out;
 }
 
+TEST(BoundCli, ExpectedAttentionInBoundAndCheck) {
+  const std::string out = tmp_prefix("ea");
+  const CliRun r = run("bound --model " + kModel + " --tokens " + tokens_file(60) +
+                       " --window 8 --budgets 0.3 --methods 'expectedattention,criticalkv(adakv(expectedattention))' -o " +
+                       out + " --force");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::vector<int64_t> k = kept_counts(out);  // [2 methods, 1, 2 layers, 2 kv heads]
+  ASSERT_EQ(k.size(), 8u);
+  for (int l = 0; l < 2; ++l) {
+    EXPECT_EQ(k[static_cast<size_t>(l * 2)], 18);
+    EXPECT_EQ(k[static_cast<size_t>(4 + l * 2)] + k[static_cast<size_t>(4 + l * 2 + 1)], 36);
+  }
+  const CliRun c = run("check --model " + kModel + " --tokens " + tokens_file(60) +
+                       " --window 8 --method expectedattention --ea-no-covariance -o " + tmp_prefix("ea_check") + " --force");
+  EXPECT_EQ(c.status, 0) << c.out;
+  for (const auto& [flags, status, needle] : std::vector<std::tuple<std::string, int, std::string>>{
+           {"--ea-future 0", 2, "--ea-future 0"},
+           {"--ea-sinks -1", 2, "--ea-sinks -1"},
+           {"--ea-epsilon nan", 2, "--ea-epsilon"},
+           {"--ea-sinks 60", 1, "not longer than --ea-sinks 60"}}) {
+    const CliRun bad = run("bound --model " + kModel + " --tokens " + tokens_file(60) +
+                           " --window 8 --methods expectedattention " + flags + " -o " + tmp_prefix("ea_bad") + " --force");
+    EXPECT_EQ(bad.status >> 8, status) << flags << ": " << bad.out;
+    EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
+    EXPECT_NE(bad.out.find(needle), std::string::npos) << bad.out;
+  }
+}
+
 }  // namespace

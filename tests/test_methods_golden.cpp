@@ -4,14 +4,21 @@
 // PyramidKV against kvpress 0.5.5's PyramidKVPress: from
 // tests/data/kvpress/methods_v1.h5 (tests/reference/make_methods_goldens.py). Cases:
 // synthetic GQA/MHA tensors, and the q/k/v of the default model and tiny_llama_gqa on a
-// text no other test uses.
+// text no other test uses. ExpectedAttention (plain, adakv(...), criticalkv(...)) against
+// kvpress 0.5.5's ExpectedAttentionPress: tests/data/kvpress/expected_attention_v1.h5
+// (tests/reference/make_expected_attention_goldens.py).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <set>
+#include <sstream>
 
 #include "analysis/bound_layer.h"
 #include "analysis/defensivekv.h"
+#include "analysis/expected_attention.h"
 #include "analysis/selection.h"
+#include "core/error.h"
 #include "io/h5.h"
 
 namespace ckv {
@@ -206,6 +213,115 @@ TEST(MethodsGolden, PyramidKvMatchesKvpress) {
   }
   EXPECT_GE(compared, 33);
   EXPECT_GE(pyramid, 6);
+}
+
+// "criticalkv(expectedattention)|future=512,sinks=4,cov=1,vnorm=1,eps=0" -> method, params.
+std::pair<MethodSpec, SelectionParams> expected_label(const std::string& label) {
+  const size_t bar = label.find('|');
+  SelectionParams p;
+  std::stringstream ss(label.substr(bar + 1));
+  for (std::string item; std::getline(ss, item, ',');) {
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
+    if (key == "future") p.ea_future = std::stoll(val);
+    else if (key == "sinks") p.ea_sinks = std::stoll(val);
+    else if (key == "cov") p.ea_covariance = val == "1";
+    else if (key == "vnorm") p.ea_vnorm = val == "1";
+    else if (key == "eps") p.ea_epsilon = std::stod(val);
+    else ADD_FAILURE() << "unknown setting " << key;
+  }
+  return {MethodSpec::parse(label.substr(0, bar)), p};
+}
+
+TEST(MethodsGolden, ExpectedAttentionMatchesKvpress) {
+  h5::File f = h5::File::open_read(std::filesystem::path(CKV_TEST_DATA_DIR) / "kvpress/expected_attention_v1.h5");
+  ASSERT_EQ(f.attr_int("format_version"), 1);
+  const h5::Group cases = f.open_group("cases");
+  int compared = 0;
+  std::set<std::string> methods;
+  for (const std::string& name : cases.children()) {
+    const h5::Group cg = cases.open_group(name);
+    const int64_t c = cg.attr_int("c"), n = cg.attr_int("n");
+    const std::vector<double> freq = cg.open_dataset("inv_freq").read<double>();
+    const auto inv_freq = std::make_shared<const std::vector<float>>(freq.begin(), freq.end());
+    const std::vector<int64_t> budgets = cg.attr_ints("budgets");
+    for (const std::string& l : cg.open_group("layers").children()) {
+      const h5::Group lg = cg.open_group("layers/" + l);
+      const Tensor q = read_tensor(lg, "q"), k = read_tensor(lg, "k"), v = read_tensor(lg, "v");
+      const Tensor wo({1, q.dim(0) * q.dim(2)});
+      const std::vector<double> nu_ref = lg.open_dataset("nu_l1").read<double>();  // [n_head, c]
+      Tensor nu({q.dim(0), n});
+      for (int64_t h = 0; h < q.dim(0); ++h)
+        for (int64_t i = 0; i < c; ++i)
+          nu.data()[h * n + i] = static_cast<float>(nu_ref[static_cast<size_t>(h * c + i)]);
+      const LayerTensors t{&q, &k, &v, &wo, &nu, nullptr};
+      const h5::Group kept = lg.open_group("kept");
+      for (const std::string& label : kept.children()) {
+        const auto [spec, params] = expected_label(label);
+        methods.insert(spec.name());
+        LayerRequest r;
+        r.methods = {spec};
+        r.params = params;
+        r.c = c;
+        r.eval_rows = evaluation_rows(c, n);
+        r.rope_inv_freq = inv_freq;
+        const SelectionInputs in = selection_inputs(t, r, false, false);
+        const std::vector<int32_t> ref = kept.open_dataset(label).read<int32_t>();  // [budget, n_kv_head, c]
+        const int64_t size = k.dim(0) * c;
+        ASSERT_EQ(ref.size(), budgets.size() * static_cast<size_t>(size));
+        for (size_t bi = 0; bi < budgets.size(); ++bi) {
+          const Selection s = select(spec, in, budgets[bi], params);
+          const auto first = ref.begin() + static_cast<std::ptrdiff_t>(bi * static_cast<size_t>(size));
+          EXPECT_EQ(mask_of(s, c), std::vector<int32_t>(first, first + size))
+              << name << " layer " << l << " " << label << " budget " << budgets[bi];
+          ++compared;
+        }
+      }
+    }
+  }
+  // synthetic: 2 layers x 5 settings x 3 methods; tiny: 2 x 3; default: 3 x 3; 3 budgets each.
+  EXPECT_EQ(compared, (30 + 6 + 9) * 3);
+  EXPECT_EQ(methods.size(), 3u);
+}
+
+// The scores themselves, on a case small enough to state: one head, d 2, no sinks, no
+// covariance, T = 1 future position; the pre-RoPE queries are constant, so R mu is mu rotated
+// to position c, and the scores are the softmax of k_j . R mu / sqrt(2) times ||v_j||.
+TEST(MethodsGolden, ExpectedAttentionScoresByHand) {
+  const int64_t c = 5, seq = 6;
+  const std::vector<float> inv_freq{0.3f};
+  Tensor q({1, seq, 2}), k({1, seq, 2}), v({1, seq, 2});
+  for (int64_t p = 0; p < seq; ++p) {
+    // The pre-RoPE query (1, 2) rotated by angle 0.3 p (rotate_half layout).
+    const double a = static_cast<float>(static_cast<float>(p) * 0.3f);
+    q.data()[p * 2] = static_cast<float>(std::cos(a) * 1 - std::sin(a) * 2);
+    q.data()[p * 2 + 1] = static_cast<float>(std::sin(a) * 1 + std::cos(a) * 2);
+    k.data()[p * 2] = static_cast<float>(p) - 2;
+    k.data()[p * 2 + 1] = 0.5f * static_cast<float>(p);
+    v.data()[p * 2] = 3;
+    v.data()[p * 2 + 1] = static_cast<float>(p);
+  }
+  SelectionParams params;
+  params.ea_sinks = 0;
+  params.ea_future = 1;
+  params.ea_covariance = false;
+  const ScoreMatrix s = expected_attention_scores(q, k, v, c, inv_freq, params);
+  const double a = static_cast<float>(static_cast<float>(c) * 0.3f);
+  const double mu0 = std::cos(a) - 2 * std::sin(a), mu1 = std::sin(a) + 2 * std::cos(a);
+  std::vector<double> z(static_cast<size_t>(c)), want(static_cast<size_t>(c));
+  double sum = 0;
+  for (int64_t j = 0; j < c; ++j) {
+    z[static_cast<size_t>(j)] = std::exp(((j - 2.0) * mu0 + 0.5 * j * mu1) / std::sqrt(2.0));
+    sum += z[static_cast<size_t>(j)];
+  }
+  for (int64_t j = 0; j < c; ++j)
+    EXPECT_NEAR(s(0, j), z[static_cast<size_t>(j)] / sum * std::hypot(3.0, static_cast<double>(j)), 1e-6) << j;
+  // Two sinks score the layer maximum + 1.
+  params.ea_sinks = 2;
+  const ScoreMatrix s2 = expected_attention_scores(q, k, v, c, inv_freq, params);
+  EXPECT_DOUBLE_EQ(s2(0, 0), s2.rightCols(3).maxCoeff() + 1);
+  EXPECT_DOUBLE_EQ(s2(0, 1), s2(0, 0));
+  EXPECT_THROW(expected_attention_scores(q, k, v, 2, inv_freq, params), InputError);
 }
 
 }  // namespace

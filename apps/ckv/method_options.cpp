@@ -1,9 +1,16 @@
 #include "method_options.h"
 
+#include <cmath>
+
 #include "analysis/duoattention.h"
 #include "core/error.h"
 
 namespace ckv::app {
+
+namespace {
+// --ea-future: the rotation table grows with it (8 bytes per position and frequency).
+constexpr int64_t kMaxFuture = 1 << 20;
+}  // namespace
 
 void add_method_options(CLI::App& cmd, MethodOptions& o, SelectionParams& params) {
   cmd.add_option("--pyramid-beta", params.pyramid_beta,
@@ -17,6 +24,18 @@ void add_method_options(CLI::App& cmd, MethodOptions& o, SelectionParams& params
       ->capture_default_str();
   cmd.add_option("--duo-recent", params.duo_recent, "duoattention: last entries a streaming head keeps (config.json: recent_size)")
       ->capture_default_str();
+  cmd.add_option("--ea-future", params.ea_future,
+                 "expectedattention: future positions the query statistics are rotated over (kvpress n_future_positions)")
+      ->capture_default_str();
+  cmd.add_option("--ea-sinks", params.ea_sinks,
+                 "expectedattention: first entries always kept and left out of the query statistics (kvpress n_sink)")
+      ->capture_default_str();
+  cmd.add_option("--ea-epsilon", params.ea_epsilon, "expectedattention: added to the scores before the value-norm factor")
+      ->capture_default_str();
+  cmd.add_flag("--ea-no-covariance{false}", params.ea_covariance,
+               "expectedattention: the mean query only (kvpress use_covariance=False)");
+  cmd.add_flag("--ea-no-vnorm{false}", params.ea_vnorm,
+               "expectedattention: no value-norm factor (kvpress use_vnorm=False)");
   cmd.add_option("--defensive-share", o.defensive_share,
                  "defensivekv: window share subtracted from stage 1's 0.9 mass: before-window (official "
                  "code: the w positions before the window) or window (the window itself)")
@@ -33,6 +52,11 @@ void finish_method_options(const MethodOptions& o, SelectionParams& params) {
   if (!(params.pyramid_beta >= 1)) fail<UsageError>("--pyramid-beta {}: must be at least 1", params.pyramid_beta);
   if (params.duo_sink < 0 || params.duo_recent < 1)
     fail<UsageError>("--duo-sink {} / --duo-recent {}: need sink >= 0 and recent >= 1", params.duo_sink, params.duo_recent);
+  if (params.ea_future < 1 || params.ea_future > kMaxFuture)
+    fail<UsageError>("--ea-future {}: must be in [1, {}]", params.ea_future, kMaxFuture);
+  if (params.ea_sinks < 0) fail<UsageError>("--ea-sinks {}: must not be negative", params.ea_sinks);
+  if (!(std::isfinite(params.ea_epsilon) && params.ea_epsilon >= 0))
+    fail<UsageError>("--ea-epsilon {}: must be finite and not negative", params.ea_epsilon);
   if (!o.duo_pattern.empty())
     params.duo_pattern = std::make_shared<const std::vector<std::vector<double>>>(read_duo_pattern(o.duo_pattern));
   params.defensive_share = o.defensive_share == "window" ? DefensiveShare::Window : DefensiveShare::BeforeWindow;

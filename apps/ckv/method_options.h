@@ -1,7 +1,8 @@
 #pragma once
 // Selection-method flags shared by `ckv bound`, `ckv check` and `ckv mask` beyond snapkv's:
 // DefensiveKV's pooling kernel and its two readings (official code or evident intent,
-// docs/BOUND.md "DefensiveKV"), PyramidKV's beta.
+// docs/BOUND.md "DefensiveKV"), PyramidKV's beta, DuoAttention's pattern, ExpectedAttention's
+// statistics.
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -15,11 +16,12 @@ struct MethodOptions {
   std::string duo_pattern;  // --duo-pattern TSV
 };
 
-// Adds --defensive-kernel, --pyramid-beta, --duo-sink, --duo-recent (into params),
+// Adds --defensive-kernel, --pyramid-beta, --duo-sink, --duo-recent, --ea-future,
+// --ea-sinks, --ea-epsilon, --ea-no-covariance, --ea-no-vnorm (into params),
 // --defensive-share, --defensive-nu, --duo-pattern.
 void add_method_options(CLI::App& cmd, MethodOptions& o, SelectionParams& params);
 // Writes the parsed choices into params (reading the pattern file); throws InputError for
-// a bad kernel, beta, sink/recent or pattern file.
+// a bad kernel, beta, sink/recent, ExpectedAttention setting or pattern file.
 void finish_method_options(const MethodOptions& o, SelectionParams& params);
 
 }  // namespace ckv::app

@@ -10,6 +10,7 @@
 #include <span>
 
 #include "analysis/defensivekv.h"
+#include "analysis/expected_attention.h"
 #include "analysis/oracle.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -150,6 +151,10 @@ SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool 
   // defensivekv's value factor is the group mean of the L1 nu whatever --gqa-reduce says.
   in.defensive = need_defensive ? defensive_combine(folds, nu, d.n_kv_head, c, r.params) : r.defensive;
   in.layer_totals = r.layer_totals;
+  if (uses(r.methods, MethodSpec::Kind::ExpectedAttention)) {
+    if (!r.rope_inv_freq) fail<InputError>("expectedattention: the model's RoPE frequencies are missing");
+    in.expected = expected_attention_scores(*t.q, *t.k, *t.v, c, *r.rope_inv_freq, r.params, pool);
+  }
   return in;
 }
 

@@ -18,7 +18,7 @@ namespace {
 
 constexpr const char* kKnownMethods =
     "attn, snapkv, h2o, streaming, file, oracle, defensivekv, layer-defensivekv, pyramidkv, "
-    "duoattention, adakv(BASE), criticalkv(BASE)";
+    "duoattention, expectedattention, adakv(BASE), criticalkv(BASE)";
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
@@ -147,6 +147,7 @@ MethodSpec MethodSpec::parse(std::string_view text) {
   else if (s == "layer-defensivekv") spec.kind = Kind::LayerDefensiveKV;
   else if (s == "pyramidkv") spec.kind = Kind::PyramidKV;
   else if (s == "duoattention") spec.kind = Kind::DuoAttention;
+  else if (s == "expectedattention") spec.kind = Kind::ExpectedAttention;
   else fail<UsageError>("--methods: unknown method '{}' (known: {})", s, kKnownMethods);
   return spec;
 }
@@ -163,6 +164,7 @@ std::string MethodSpec::name() const {
     case Kind::LayerDefensiveKV: return "layer-defensivekv";
     case Kind::PyramidKV: return "pyramidkv";
     case Kind::DuoAttention: return "duoattention";
+    case Kind::ExpectedAttention: return "expectedattention";
     case Kind::AdaKV: return "adakv(" + base->name() + ")";
     case Kind::CriticalKV: return "criticalkv(" + base->name() + ")";
   }
@@ -264,6 +266,7 @@ ScoreMatrix leaf_scores(const MethodSpec& leaf, const SelectionInputs& in, int64
     case Kind::PyramidKV: check_scores(in.snapkv, in, "snapkv"); return in.snapkv;
     case Kind::H2O: check_scores(in.h2o, in, "h2o"); return in.h2o;
     case Kind::Oracle: check_scores(in.oracle_rank, in, "oracle"); return in.oracle_rank;
+    case Kind::ExpectedAttention: check_scores(in.expected, in, "expectedattention"); return in.expected;
     case Kind::Streaming: {
       // kvpress StreamingLLMPress: zeros on [sinks, sinks + n_pruned), ones elsewhere.
       ScoreMatrix s = ScoreMatrix::Ones(in.n_kv_head, in.c);

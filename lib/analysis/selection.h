@@ -55,6 +55,11 @@ struct SelectionParams {
   // what a streaming head keeps: the first duo_sink and the last duo_recent entries.
   std::shared_ptr<const std::vector<std::vector<double>>> duo_pattern;
   int64_t duo_sink = 128, duo_recent = 256;
+  // expectedattention (expected_attention.h), kvpress ExpectedAttentionPress's defaults.
+  int64_t ea_future = 512;  // n_future_positions
+  int64_t ea_sinks = 4;     // n_sink
+  bool ea_covariance = true, ea_vnorm = true;
+  double ea_epsilon = 0;
 };
 
 // The largest snapkv pooling kernel accepted: a kernel wider than twice the context pools
@@ -70,9 +75,11 @@ void validate_selection_params(const SelectionParams& params);
 // A method expression: attn, snapkv, h2o, streaming, file, oracle, adakv(X), criticalkv(X),
 // defensivekv, layer-defensivekv (their own stages and allocation: they compose with nothing),
 // pyramidkv (snapkv's scores with a per-layer budget, pyramidkv.h), duoattention (a head
-// pattern from a file, duoattention.h; no scores: composes with nothing).
+// pattern from a file, duoattention.h; no scores: composes with nothing), expectedattention
+// (kvpress ExpectedAttentionPress, expected_attention.h; scores: composes).
 struct MethodSpec {
-  enum class Kind { Attn, SnapKV, H2O, Streaming, File, Oracle, AdaKV, CriticalKV, DefensiveKV, LayerDefensiveKV, PyramidKV, DuoAttention };
+  enum class Kind { Attn, SnapKV, H2O, Streaming, File, Oracle, AdaKV, CriticalKV, DefensiveKV, LayerDefensiveKV, PyramidKV, DuoAttention,
+                    ExpectedAttention };
   Kind kind = Kind::Attn;
   std::shared_ptr<const MethodSpec> base;  // set for AdaKV and CriticalKV
 
@@ -114,6 +121,7 @@ struct SelectionInputs {
   ScoreMatrix h2o;         // [n_kv_head, c]
   ScoreMatrix nu;          // [n_kv_head, c] group-reduced L1 nu (criticalkv stage 2)
   ScoreMatrix oracle_rank; // [n_kv_head, c] greedy pick order as a score (oracle.h); may be empty
+  ScoreMatrix expected;    // [n_kv_head, c] expectedattention (expected_attention.h); may be empty
   std::vector<std::vector<int64_t>> file_kept;  // [n_kv_head][*] for --selection-file
   std::shared_ptr<const DefensiveScores> defensive;  // defensivekv, layer-defensivekv
   std::map<int64_t, int64_t> layer_totals;  // layer-global methods: budget -> this layer's total
