@@ -6,7 +6,9 @@
 // synthetic GQA/MHA tensors, and the q/k/v of the default model and tiny_llama_gqa on a
 // text no other test uses. ExpectedAttention (plain, adakv(...), criticalkv(...)) against
 // kvpress 0.5.5's ExpectedAttentionPress: tests/data/kvpress/expected_attention_v1.h5
-// (tests/reference/make_expected_attention_goldens.py).
+// (tests/reference/make_expected_attention_goldens.py). HeadKV against a NumPy
+// implementation of its code's allocation: tests/data/kvpress/headkv_v1.h5
+// (tests/reference/make_headkv_goldens.py); its retrieval-score profile on constructed cases.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +19,7 @@
 #include "analysis/bound_layer.h"
 #include "analysis/defensivekv.h"
 #include "analysis/expected_attention.h"
+#include "analysis/headkv.h"
 #include "analysis/selection.h"
 #include "core/error.h"
 #include "io/h5.h"
@@ -322,6 +325,112 @@ TEST(MethodsGolden, ExpectedAttentionScoresByHand) {
   EXPECT_DOUBLE_EQ(s2(0, 0), s2.rightCols(3).maxCoeff() + 1);
   EXPECT_DOUBLE_EQ(s2(0, 1), s2(0, 0));
   EXPECT_THROW(expected_attention_scores(q, k, v, 2, inv_freq, params), InputError);
+}
+
+TEST(MethodsGolden, HeadKvMatchesReference) {
+  h5::File f = h5::File::open_read(std::filesystem::path(CKV_TEST_DATA_DIR) / "kvpress/headkv_v1.h5");
+  ASSERT_EQ(f.attr_int("format_version"), 1);
+  const h5::Group cases = f.open_group("cases");
+  int compared = 0, uneven = 0;
+  for (const std::string& name : cases.children()) {
+    const h5::Group cg = cases.open_group(name);
+    const int64_t c = cg.attr_int("c"), n = cg.attr_int("n"), n_layer = cg.attr_int("n_layer");
+    const h5::Dataset pd = cg.open_dataset("profile");
+    const std::vector<double> flat = pd.read<double>();
+    const int64_t width = pd.shape()[1];
+    auto profile = std::make_shared<std::vector<std::vector<double>>>();
+    for (int64_t l = 0; l < n_layer; ++l) profile->emplace_back(flat.begin() + l * width, flat.begin() + (l + 1) * width);
+    const std::vector<int64_t> budgets = cg.attr_ints("budgets");
+    for (const std::string& l : cg.open_group("layers").children()) {
+      const h5::Group lg = cg.open_group("layers/" + l);
+      const Tensor q = read_tensor(lg, "q"), k = read_tensor(lg, "k");
+      const Tensor v({k.dim(0), k.dim(1), k.dim(2)}), wo({1, q.dim(0) * q.dim(2)}), nu({q.dim(0), n});
+      const LayerTensors t{&q, &k, &v, &wo, &nu, nullptr};
+      const h5::Group kept = lg.open_group("kept");
+      for (const std::string& label : kept.children()) {  // "beta=1.2,temp=1"
+        LayerRequest r;
+        r.methods = {MethodSpec::parse("headkv")};
+        r.params.window = cg.attr_int("window");
+        r.params.kernel = cg.attr_int("kernel");
+        r.params.pool = PoolKind::Max;
+        r.params.headkv_profile = profile;
+        r.params.headkv_beta = std::stod(label.substr(5, label.find(',') - 5));
+        r.params.headkv_temp = std::stod(label.substr(label.find("temp=") + 5));
+        r.c = c;
+        r.layer = std::stoll(l);
+        r.n_layer = n_layer;
+        r.eval_rows = evaluation_rows(c, n);
+        const SelectionInputs in = selection_inputs(t, r, true, false);
+        const std::vector<int32_t> ref = kept.open_dataset(label).read<int32_t>();  // [budget, n_kv_head, c]
+        const int64_t size = k.dim(0) * c;
+        ASSERT_EQ(ref.size(), budgets.size() * static_cast<size_t>(size));
+        for (size_t bi = 0; bi < budgets.size(); ++bi) {
+          const Selection s = select(r.methods[0], in, budgets[bi], r.params);
+          const auto first = ref.begin() + static_cast<std::ptrdiff_t>(bi * static_cast<size_t>(size));
+          EXPECT_EQ(mask_of(s, c), std::vector<int32_t>(first, first + size))
+              << name << " layer " << l << " " << label << " budget " << budgets[bi];
+          for (const auto& h : s.kept) uneven += static_cast<int64_t>(h.size()) != budgets[bi];
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, (2 * 2 * 3) + (1 * 2 * 3) + (3 * 2 * 3));
+  EXPECT_GE(uneven, 40);  // the per-head budgets differ from the uniform one
+}
+
+TEST(MethodsGolden, HeadKvAllocationByHand) {
+  // 2 layers x 2 KV heads, scores 1, 0, 0, 3: s_hat = 1/4, 0, 0, 3/4. b = 42, w = 2: B = 40,
+  // B // 1.5 = 26, pool 104, min 14: caps 40, 14, 14, 92 (+ w, clamped to c = 100).
+  const std::vector<std::vector<double>> scores{{1, 0}, {0, 3}};
+  SelectionParams p;
+  p.window = 2;
+  p.headkv_beta = 1.5;
+  EXPECT_EQ(headkv_budgets(scores, 0, 100, 42, p), (std::vector<int64_t>{42, 16}));
+  EXPECT_EQ(headkv_budgets(scores, 1, 100, 42, p), (std::vector<int64_t>{16, 94}));
+  // temp 0.5: s_hat^0.5 = 1/2, 0, 0, sqrt(3)/2, renormalised: 0.366, 0, 0, 0.634.
+  p.headkv_temp = 0.5;
+  EXPECT_EQ(headkv_budgets(scores, 1, 100, 42, p)[1], 2 + static_cast<int64_t>(std::nearbyint(0.6339746 * 104 + 14)));
+  // A query-head profile (4 heads, groups of 2) reduces by the group mean.
+  EXPECT_EQ(headkv_kv_scores({{1, 3, 0, 2}, {0, 0, 4, 4}}, 2, 4, 2), (std::vector<std::vector<double>>{{2, 1}, {0, 4}}));
+  EXPECT_THROW(headkv_kv_scores({{1, 3, 0}}, 1, 4, 2), InputError);
+  EXPECT_DOUBLE_EQ(python_floordiv(40, 1.5), 26);
+  // The committed profile of the default model (docs/BOUND.md "HeadKV") reads back.
+  const auto committed = read_headkv_profile(std::filesystem::path(CKV_TEST_DATA_DIR) /
+                                             "../../data/headkv/SmolLM2-135M-Instruct.retrieval.json");
+  EXPECT_EQ(committed.size(), 30u);
+  EXPECT_EQ(committed.front().size(), 9u);
+  EXPECT_DOUBLE_EQ(python_floordiv(128, 1.005), 127);  // Python: 128 // 1.005 == 127.0
+  EXPECT_DOUBLE_EQ(python_floordiv(0.3, 0.1), 2);  // Python: 0.3 // 0.1 == 2.0 (fmod, not 0.3 / 0.1)
+}
+
+// The retrieval score on a constructed case (Wu et al.: argmax in the needle and the token
+// there equals the token produced; 1 / |needle| per step).
+TEST(MethodsGolden, RetrievalScoreByHand) {
+  // 8 positions, needle [3, 6) = tokens 30 31 32; two answer steps producing 31 then 32.
+  const std::vector<int32_t> tokens{10, 11, 12, 30, 31, 32, 13, 14};
+  const std::vector<char> needle{0, 0, 0, 1, 1, 1, 0, 0};
+  const std::vector<int32_t> produced{31, 32};
+  Tensor probs({4, 2, 8});
+  const auto peak = [&](int64_t h, int64_t k, int64_t pos) {
+    for (int64_t i = 0; i < 8; ++i) probs.data()[(h * 2 + k) * 8 + i] = 0.05f;
+    probs.data()[(h * 2 + k) * 8 + pos] = 0.6f;
+  };
+  peak(0, 0, 4), peak(0, 1, 5);  // head 0 copies both tokens: 2/3
+  peak(1, 0, 4), peak(1, 1, 4);  // head 1: the first step only (the second looks at 31): 1/3
+  peak(2, 0, 1), peak(2, 1, 5);  // head 2: outside the needle, then a copy: 1/3
+  peak(3, 0, 3), peak(3, 1, 7);  // head 3: inside the needle but a different token: 0
+  std::vector<double> score(4, 0.0);
+  add_retrieval_scores(probs, tokens, needle, produced, score);
+  EXPECT_NEAR(score[0], 2.0 / 3, 1e-12);
+  EXPECT_NEAR(score[1], 1.0 / 3, 1e-12);
+  EXPECT_NEAR(score[2], 1.0 / 3, 1e-12);
+  EXPECT_EQ(score[3], 0.0);
+  // Ties: the first maximum (position 3, token 30 != 31) decides.
+  for (int64_t i = 0; i < 8; ++i) probs.data()[i] = i == 3 || i == 4 ? 0.4f : 0.0f;
+  std::vector<double> tie(4, 0.0);
+  add_retrieval_scores(probs, tokens, needle, produced, tie);
+  EXPECT_NEAR(tie[0], 1.0 / 3, 1e-12);
 }
 
 }  // namespace

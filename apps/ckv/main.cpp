@@ -88,6 +88,7 @@ void build_app(CLI::App& app, GlobalOptions& g) {
   register_merge(app, g);
   register_bound(app, g);
   register_check(app, g);
+  register_profile(app, g);
 }
 
 }  // namespace ckv::app

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "analysis/duoattention.h"
+#include "analysis/headkv.h"
 #include "core/error.h"
 
 namespace ckv::app {
@@ -36,6 +37,13 @@ void add_method_options(CLI::App& cmd, MethodOptions& o, SelectionParams& params
                "expectedattention: the mean query only (kvpress use_covariance=False)");
   cmd.add_flag("--ea-no-vnorm{false}", params.ea_vnorm,
                "expectedattention: no value-norm factor (kvpress use_vnorm=False)");
+  cmd.add_option("--headkv-profile", o.headkv_profile,
+                 "headkv: head-importance profile (JSON, `ckv profile` writes one; docs/BOUND.md \"HeadKV\")");
+  cmd.add_option("--headkv-beta", params.headkv_beta,
+                 "headkv: the shared pool is (B // beta) per head, B = budget - window (HeadKV's beta)")
+      ->capture_default_str();
+  cmd.add_option("--headkv-temp", params.headkv_temp, "headkv: the normalised scores' exponent (HeadKV's temp)")
+      ->capture_default_str();
   cmd.add_option("--defensive-share", o.defensive_share,
                  "defensivekv: window share subtracted from stage 1's 0.9 mass: before-window (official "
                  "code: the w positions before the window) or window (the window itself)")
@@ -57,10 +65,22 @@ void finish_method_options(const MethodOptions& o, SelectionParams& params) {
   if (params.ea_sinks < 0) fail<UsageError>("--ea-sinks {}: must not be negative", params.ea_sinks);
   if (!(std::isfinite(params.ea_epsilon) && params.ea_epsilon >= 0))
     fail<UsageError>("--ea-epsilon {}: must be finite and not negative", params.ea_epsilon);
+  if (!(std::isfinite(params.headkv_beta) && params.headkv_beta >= 1))
+    fail<UsageError>("--headkv-beta {}: must be finite and at least 1", params.headkv_beta);
+  if (!(std::isfinite(params.headkv_temp) && params.headkv_temp > 0))
+    fail<UsageError>("--headkv-temp {}: must be finite and positive", params.headkv_temp);
+  if (!o.headkv_profile.empty())
+    params.headkv_profile =
+        std::make_shared<const std::vector<std::vector<double>>>(read_headkv_profile(o.headkv_profile));
   if (!o.duo_pattern.empty())
     params.duo_pattern = std::make_shared<const std::vector<std::vector<double>>>(read_duo_pattern(o.duo_pattern));
   params.defensive_share = o.defensive_share == "window" ? DefensiveShare::Window : DefensiveShare::BeforeWindow;
   params.defensive_nu = o.defensive_nu == "positions" ? DefensiveNu::AcrossPositions : DefensiveNu::AcrossHeads;
+}
+
+void require_method_inputs(const MethodSpec& method, const SelectionParams& params, std::string_view flag) {
+  if (method.leaf().kind == MethodSpec::Kind::HeadKV && !params.headkv_profile)
+    fail<UsageError>("{}: '{}' needs --headkv-profile", flag, method.name());
 }
 
 }  // namespace ckv::app

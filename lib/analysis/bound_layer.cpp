@@ -134,6 +134,7 @@ SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool 
   SelectionInputs in;
   in.c = c;
   in.n_kv_head = d.n_kv_head;
+  in.n_head = d.n_head;
   in.attn = reduce_groups(attn, d.n_kv_head, r.params.gqa_reduce);
   // kvpress CriticalKVPress: the group mean of the query heads' nu (or max on request).
   in.nu = reduce_groups(nu, d.n_kv_head, r.params.gqa_reduce);

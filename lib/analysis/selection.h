@@ -60,6 +60,10 @@ struct SelectionParams {
   int64_t ea_sinks = 4;     // n_sink
   bool ea_covariance = true, ea_vnorm = true;
   double ea_epsilon = 0;
+  // headkv (headkv.h): the head profile [n_layer][n_head or n_kv_head] from
+  // --headkv-profile, the pool's beta and the scores' temperature.
+  std::shared_ptr<const std::vector<std::vector<double>>> headkv_profile;
+  double headkv_beta = 1.2, headkv_temp = 1;
 };
 
 // The largest snapkv pooling kernel accepted: a kernel wider than twice the context pools
@@ -76,10 +80,11 @@ void validate_selection_params(const SelectionParams& params);
 // defensivekv, layer-defensivekv (their own stages and allocation: they compose with nothing),
 // pyramidkv (snapkv's scores with a per-layer budget, pyramidkv.h), duoattention (a head
 // pattern from a file, duoattention.h; no scores: composes with nothing), expectedattention
-// (kvpress ExpectedAttentionPress, expected_attention.h; scores: composes).
+// (kvpress ExpectedAttentionPress, expected_attention.h; scores: composes), headkv (snapkv's
+// scores with per-head budgets from a profile, headkv.h; criticalkv(headkv), not adakv).
 struct MethodSpec {
   enum class Kind { Attn, SnapKV, H2O, Streaming, File, Oracle, AdaKV, CriticalKV, DefensiveKV, LayerDefensiveKV, PyramidKV, DuoAttention,
-                    ExpectedAttention };
+                    ExpectedAttention, HeadKV };
   Kind kind = Kind::Attn;
   std::shared_ptr<const MethodSpec> base;  // set for AdaKV and CriticalKV
 
@@ -91,8 +96,10 @@ struct MethodSpec {
   const MethodSpec& leaf() const { return base ? base->leaf() : *this; }
   // Its per-layer budgets come from all layers' scores (a pre-pass: layer_defensive_totals).
   bool layer_global() const { return leaf().kind == Kind::LayerDefensiveKV; }
-  // Ranks by snapkv's scores (snapkv, pyramidkv).
-  bool uses_snapkv() const { return leaf().kind == Kind::SnapKV || leaf().kind == Kind::PyramidKV; }
+  // Ranks by snapkv's scores (snapkv, pyramidkv, headkv).
+  bool uses_snapkv() const {
+    return leaf().kind == Kind::SnapKV || leaf().kind == Kind::PyramidKV || leaf().kind == Kind::HeadKV;
+  }
 };
 
 struct DefensiveScores;
@@ -115,7 +122,8 @@ using ScoreMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen:
 struct SelectionInputs {
   int64_t c = 0;           // evictable entries
   int64_t n_kv_head = 0;
-  int64_t layer = 0, n_layer = 0;  // pyramidkv's budget depends on the layer's depth
+  int64_t n_head = 0;              // query heads (headkv reduces a query-head profile)
+  int64_t layer = 0, n_layer = 0;  // pyramidkv's and headkv's budgets depend on the layer
   ScoreMatrix attn;        // [n_kv_head, c] mean attention of the evaluation queries
   ScoreMatrix snapkv;      // [n_kv_head, c]
   ScoreMatrix h2o;         // [n_kv_head, c]
