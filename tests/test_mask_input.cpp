@@ -313,5 +313,43 @@ TEST(ProfileCli, RetrievalProfileOfTheDefaultModel) {
                     "record \"a\": no \"answer\"");
 }
 
+// OBCache on SnapKV's window and its compositions: `mask --method` evicts what `bound` keeps.
+TEST(MaskCli, ObcacheEvictsWhatBoundKeeps) {
+  const auto dir = test::scratch_dir("mask_cli_obc");
+  std::string context;
+  for (int i = 0; i < 24; ++i) context += std::to_string((i * 37 + 11) % 256) + " ";
+  test::write_text(dir / "context.txt", context);
+  const char* methods[] = {"obcache", "adakv(obcache)", "criticalkv(obcache)"};
+  const test::RunResult b =
+      test::run_ckv("-q bound --model " + kTiny + " --tokens " + (dir / "context.txt").string() +
+                    " --window 4 --budgets 0.5 --methods 'obcache,adakv(obcache),criticalkv(obcache)' -o " +
+                    (dir / "ctx").string() + " --force");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const std::vector<int32_t> kept =
+      h5::File::open_read((dir / "ctx.h5").string()).open_dataset("records/0/kept_mask").read<int32_t>();  // [3, 1, 2, 2, 24]
+  ASSERT_EQ(kept.size(), 3u * 96u);
+  for (int m = 0; m < 3; ++m) {
+    const std::string out = (dir / (std::string("m") + std::to_string(m) + ".h5")).string();
+    const test::RunResult r = test::run_ckv("-q mask --model " + kTiny + " --tokens " + ids(dir) +
+                                            " --context-end 24 --window 4 --budget 0.5 --method '" + methods[m] +
+                                            "' -o " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::vector<int32_t> evicted =
+        h5::File::open_read(out).open_group("records/0/runs/target").open_dataset("evicted").read<int32_t>();  // [2, 2, 24]
+    ASSERT_EQ(evicted.size(), 96u);
+    for (size_t i = 0; i < evicted.size(); ++i)
+      EXPECT_EQ(evicted[i], 1 - kept[static_cast<size_t>(m) * 96 + i]) << methods[m] << " entry " << i;
+  }
+  // The key score alone selects through `check` too; an unknown score is a flag error.
+  EXPECT_EQ(test::run_ckv("-q check --model " + kTiny + " --tokens " + (dir / "context.txt").string() +
+                          " --window 4 --method obcache --obcache-score key -o " + (dir / "chk").string() + " --force")
+                .exit_code,
+            0);
+  expect_error_line(test::run_ckv("-q mask --model " + kTiny + " --tokens " + ids(dir) +
+                                  " --context-end 24 --budget 0.5 --method obcache --obcache-score both -o " +
+                                  (dir / "x.h5").string()),
+                    "--obcache-score", 2);
+}
+
 }  // namespace
 }  // namespace ckv

@@ -9,10 +9,13 @@
 // (tests/reference/make_expected_attention_goldens.py). HeadKV against a NumPy
 // implementation of its code's allocation: tests/data/kvpress/headkv_v1.h5
 // (tests/reference/make_headkv_goldens.py); its retrieval-score profile on constructed cases.
+// OBCache on SnapKV's window against a NumPy implementation of its scores:
+// tests/data/kvpress/obcache_v1.h5 (tests/reference/make_obcache_goldens.py).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -431,6 +434,51 @@ TEST(MethodsGolden, RetrievalScoreByHand) {
   std::vector<double> tie(4, 0.0);
   add_retrieval_scores(probs, tokens, needle, produced, tie);
   EXPECT_NEAR(tie[0], 1.0 / 3, 1e-12);
+}
+
+TEST(MethodsGolden, ObcacheMatchesReference) {
+  h5::File f = h5::File::open_read(std::filesystem::path(CKV_TEST_DATA_DIR) / "kvpress/obcache_v1.h5");
+  ASSERT_EQ(f.attr_int("format_version"), 1);
+  const h5::Group cases = f.open_group("cases");
+  int compared = 0;
+  std::map<std::string, std::vector<std::vector<int32_t>>> by_score;  // the scores must select differently
+  for (const std::string& name : cases.children()) {
+    const h5::Group cg = cases.open_group(name);
+    const int64_t c = cg.attr_int("c"), n = cg.attr_int("n");
+    const std::vector<int64_t> budgets = cg.attr_ints("budgets");
+    for (const std::string& l : cg.open_group("layers").children()) {
+      const h5::Group lg = cg.open_group("layers/" + l);
+      const Tensor q = read_tensor(lg, "q"), k = read_tensor(lg, "k"), v = read_tensor(lg, "v");
+      const Tensor wo({1, q.dim(0) * q.dim(2)}), nu({q.dim(0), n});
+      const LayerTensors t{&q, &k, &v, &wo, &nu, nullptr};
+      const h5::Group kept = lg.open_group("kept");
+      for (const std::string& score : kept.children()) {
+        LayerRequest r;
+        r.methods = {MethodSpec::parse("obcache")};
+        r.params.window = cg.attr_int("window");
+        r.params.kernel = cg.attr_int("kernel");
+        r.params.pool = cg.attr_string("pool") == "avg" ? PoolKind::Avg : PoolKind::Max;
+        r.params.obcache_score = score == "key" ? ObcacheScore::Key : score == "value" ? ObcacheScore::Value : ObcacheScore::Joint;
+        r.c = c;
+        r.eval_rows = evaluation_rows(c, n);
+        const SelectionInputs in = selection_inputs(t, r, false, false);
+        const std::vector<int32_t> ref = kept.open_dataset(score).read<int32_t>();  // [budget, n_kv_head, c]
+        const int64_t size = k.dim(0) * c;
+        ASSERT_EQ(ref.size(), budgets.size() * static_cast<size_t>(size));
+        for (size_t bi = 0; bi < budgets.size(); ++bi) {
+          const Selection s = select(r.methods[0], in, budgets[bi], r.params);
+          const auto first = ref.begin() + static_cast<std::ptrdiff_t>(bi * static_cast<size_t>(size));
+          EXPECT_EQ(mask_of(s, c), std::vector<int32_t>(first, first + size))
+              << name << " layer " << l << " obcache " << score << " budget " << budgets[bi];
+          by_score[score].push_back(mask_of(s, c));
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, (2 + 1 + 3) * 3 * 3);
+  EXPECT_NE(by_score["joint"], by_score["key"]);
+  EXPECT_NE(by_score["joint"], by_score["value"]);
 }
 
 }  // namespace

@@ -44,6 +44,9 @@ void add_method_options(CLI::App& cmd, MethodOptions& o, SelectionParams& params
       ->capture_default_str();
   cmd.add_option("--headkv-temp", params.headkv_temp, "headkv: the normalised scores' exponent (HeadKV's temp)")
       ->capture_default_str();
+  cmd.add_option("--obcache-score", o.obcache_score,
+                 "obcache: the saliency of pruning the joint key-value pair (the seed's), the key or the value")
+      ->check(CLI::IsMember({"joint", "key", "value"}))->capture_default_str();
   cmd.add_option("--defensive-share", o.defensive_share,
                  "defensivekv: window share subtracted from stage 1's 0.9 mass: before-window (official "
                  "code: the w positions before the window) or window (the window itself)")
@@ -74,6 +77,9 @@ void finish_method_options(const MethodOptions& o, SelectionParams& params) {
         std::make_shared<const std::vector<std::vector<double>>>(read_headkv_profile(o.headkv_profile));
   if (!o.duo_pattern.empty())
     params.duo_pattern = std::make_shared<const std::vector<std::vector<double>>>(read_duo_pattern(o.duo_pattern));
+  params.obcache_score = o.obcache_score == "key"     ? ObcacheScore::Key
+                         : o.obcache_score == "value" ? ObcacheScore::Value
+                                                      : ObcacheScore::Joint;
   params.defensive_share = o.defensive_share == "window" ? DefensiveShare::Window : DefensiveShare::BeforeWindow;
   params.defensive_nu = o.defensive_nu == "positions" ? DefensiveNu::AcrossPositions : DefensiveNu::AcrossHeads;
 }

@@ -15,12 +15,13 @@ struct MethodOptions {
   std::string defensive_share = "before-window", defensive_nu = "heads";
   std::string duo_pattern;  // --duo-pattern TSV
   std::string headkv_profile;  // --headkv-profile JSON
+  std::string obcache_score = "joint";
 };
 
 // Adds --defensive-kernel, --pyramid-beta, --duo-sink, --duo-recent, --ea-future,
 // --ea-sinks, --ea-epsilon, --ea-no-covariance, --ea-no-vnorm, --headkv-beta,
 // --headkv-temp (into params), --defensive-share, --defensive-nu, --duo-pattern,
-// --headkv-profile.
+// --headkv-profile, --obcache-score.
 void add_method_options(CLI::App& cmd, MethodOptions& o, SelectionParams& params);
 // Writes the parsed choices into params (reading the pattern file); throws InputError for
 // a bad kernel, beta, sink/recent, ExpectedAttention setting or pattern file.

@@ -11,6 +11,7 @@
 
 #include "analysis/defensivekv.h"
 #include "analysis/expected_attention.h"
+#include "analysis/obcache.h"
 #include "analysis/oracle.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -106,6 +107,10 @@ SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool 
                                                uses(r.methods, MethodSpec::Kind::LayerDefensiveKV));
   if (need_defensive && w >= c) fail<InputError>("--window {}: not shorter than the context of {} tokens", w, c);
   std::vector<DefensiveHeadFold> folds(need_defensive ? static_cast<size_t>(d.n_head) : 0);
+  const bool need_obcache = uses(r.methods, MethodSpec::Kind::OBCache);
+  if (need_obcache && w >= c) fail<InputError>("--window {}: not shorter than the context of {} tokens", w, c);
+  ScoreMatrix obc;
+  if (need_obcache) obc.resize(d.n_head, prefix);
   if (eval) eval->assign(static_cast<size_t>(d.n_head), MatrixD());
   for_each(pool, d.n_head, [&](int64_t h) {
     const MatrixD kd = keys_double(t, d, h / d.group, len);  // [len, d_head]
@@ -121,6 +126,18 @@ SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool 
     // h2o: accumulated attention of the last h2o_rows context queries (as the paper emulates H2O).
     if (need_h2o)
       acc.row(h) = summed_attention(t, d, kd, h, std::max<int64_t>(0, c - r.params.h2o_rows), c, c);
+    // obcache.h: the window rows' output-aware saliency, pooled as snapkv's attention.
+    if (need_obcache) {
+      std::vector<int64_t> rows;
+      for (int64_t p = prefix; p < c; ++p) rows.push_back(p);
+      const MatrixD window_attn = head_attention(t, d, kd, h, rows);  // [w, c]
+      MatrixD q(w, d.d_head);
+      for (int64_t i = 0; i < w; ++i) q.row(i) = ConstMatrixMap(q_row(t, d, h, prefix + i), 1, d.d_head).cast<double>();
+      const MatrixD logits = q * kd.topRows(prefix).transpose() / std::sqrt(static_cast<double>(d.d_head));
+      const MatrixD vd = ConstMatrixMap(kv_head(*t.v, d, h / d.group), c, d.d_head).cast<double>();
+      obc.row(h) = pool_row(obcache_window_scores(window_attn, logits, vd, c, r.params.obcache_score),
+                            r.params.kernel, r.params.pool);
+    }
     // defensivekv.h: the window rows one by one (pooled per row), not their sum.
     if (need_defensive) {
       std::vector<int64_t> rows;
@@ -146,6 +163,11 @@ SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool 
     in.snapkv.leftCols(prefix) = reduced;
   }
   if (need_h2o) in.h2o = reduce_groups(acc, d.n_kv_head, r.params.gqa_reduce);
+  if (need_obcache) {
+    const ScoreMatrix reduced = reduce_groups(obc, d.n_kv_head, r.params.gqa_reduce);
+    in.obcache = ScoreMatrix::Constant(d.n_kv_head, c, (prefix > 0 ? reduced.maxCoeff() : 0.0) + 1.0);
+    in.obcache.leftCols(prefix) = reduced;
+  }
   in.file_kept = r.file_kept;
   in.layer = r.layer;
   in.n_layer = r.n_layer;

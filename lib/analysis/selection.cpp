@@ -19,7 +19,7 @@ namespace {
 
 constexpr const char* kKnownMethods =
     "attn, snapkv, h2o, streaming, file, oracle, defensivekv, layer-defensivekv, pyramidkv, "
-    "duoattention, expectedattention, headkv, adakv(BASE), criticalkv(BASE)";
+    "duoattention, expectedattention, headkv, obcache, adakv(BASE), criticalkv(BASE)";
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
@@ -152,6 +152,7 @@ MethodSpec MethodSpec::parse(std::string_view text) {
   else if (s == "duoattention") spec.kind = Kind::DuoAttention;
   else if (s == "expectedattention") spec.kind = Kind::ExpectedAttention;
   else if (s == "headkv") spec.kind = Kind::HeadKV;
+  else if (s == "obcache") spec.kind = Kind::OBCache;
   else fail<UsageError>("--methods: unknown method '{}' (known: {})", s, kKnownMethods);
   return spec;
 }
@@ -170,6 +171,7 @@ std::string MethodSpec::name() const {
     case Kind::DuoAttention: return "duoattention";
     case Kind::ExpectedAttention: return "expectedattention";
     case Kind::HeadKV: return "headkv";
+    case Kind::OBCache: return "obcache";
     case Kind::AdaKV: return "adakv(" + base->name() + ")";
     case Kind::CriticalKV: return "criticalkv(" + base->name() + ")";
   }
@@ -215,8 +217,9 @@ int64_t budget_from_fraction(int64_t c, double fraction) {
 
 int64_t recent_tie_start(const MethodSpec& method, int64_t c, const SelectionParams& params) {
   const MethodSpec::Kind leaf = method.leaf().kind;
-  return leaf == MethodSpec::Kind::SnapKV || leaf == MethodSpec::Kind::HeadKV ? std::max<int64_t>(0, c - params.window)
-                                                                              : c;
+  return leaf == MethodSpec::Kind::SnapKV || leaf == MethodSpec::Kind::HeadKV || leaf == MethodSpec::Kind::OBCache
+             ? std::max<int64_t>(0, c - params.window)
+             : c;
 }
 
 std::vector<int64_t> top_k(const Eigen::Ref<const Eigen::RowVectorXd>& scores, int64_t k,
@@ -275,6 +278,7 @@ ScoreMatrix leaf_scores(const MethodSpec& leaf, const SelectionInputs& in, int64
     case Kind::H2O: check_scores(in.h2o, in, "h2o"); return in.h2o;
     case Kind::Oracle: check_scores(in.oracle_rank, in, "oracle"); return in.oracle_rank;
     case Kind::ExpectedAttention: check_scores(in.expected, in, "expectedattention"); return in.expected;
+    case Kind::OBCache: check_scores(in.obcache, in, "obcache"); return in.obcache;
     case Kind::Streaming: {
       // kvpress StreamingLLMPress: zeros on [sinks, sinks + n_pruned), ones elsewhere.
       ScoreMatrix s = ScoreMatrix::Ones(in.n_kv_head, in.c);

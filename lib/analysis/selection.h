@@ -36,6 +36,8 @@ enum class GqaReduce { Mean, Max };
 // value-norm normalisation, or the evident intent.
 enum class DefensiveShare { BeforeWindow, Window };
 enum class DefensiveNu { AcrossHeads, AcrossPositions };
+// OBCache's saliency (obcache.h): of the joint key-value pair (the seed's), the key or the value.
+enum class ObcacheScore { Joint, Key, Value };
 
 struct SelectionParams {
   int64_t window = 32;  // snapkv observation window (last `window` context queries)
@@ -64,6 +66,7 @@ struct SelectionParams {
   // --headkv-profile, the pool's beta and the scores' temperature.
   std::shared_ptr<const std::vector<std::vector<double>>> headkv_profile;
   double headkv_beta = 1.2, headkv_temp = 1;
+  ObcacheScore obcache_score = ObcacheScore::Joint;  // --obcache-score
 };
 
 // The largest snapkv pooling kernel accepted: a kernel wider than twice the context pools
@@ -81,10 +84,11 @@ void validate_selection_params(const SelectionParams& params);
 // pyramidkv (snapkv's scores with a per-layer budget, pyramidkv.h), duoattention (a head
 // pattern from a file, duoattention.h; no scores: composes with nothing), expectedattention
 // (kvpress ExpectedAttentionPress, expected_attention.h; scores: composes), headkv (snapkv's
-// scores with per-head budgets from a profile, headkv.h; criticalkv(headkv), not adakv).
+// scores with per-head budgets from a profile, headkv.h; criticalkv(headkv), not adakv),
+// obcache (SnapKV with OBCache's output-aware scores, obcache.h; scores: composes).
 struct MethodSpec {
   enum class Kind { Attn, SnapKV, H2O, Streaming, File, Oracle, AdaKV, CriticalKV, DefensiveKV, LayerDefensiveKV, PyramidKV, DuoAttention,
-                    ExpectedAttention, HeadKV };
+                    ExpectedAttention, HeadKV, OBCache };
   Kind kind = Kind::Attn;
   std::shared_ptr<const MethodSpec> base;  // set for AdaKV and CriticalKV
 
@@ -130,6 +134,7 @@ struct SelectionInputs {
   ScoreMatrix nu;          // [n_kv_head, c] group-reduced L1 nu (criticalkv stage 2)
   ScoreMatrix oracle_rank; // [n_kv_head, c] greedy pick order as a score (oracle.h); may be empty
   ScoreMatrix expected;    // [n_kv_head, c] expectedattention (expected_attention.h); may be empty
+  ScoreMatrix obcache;     // [n_kv_head, c] obcache (obcache.h), the window max + 1; may be empty
   std::vector<std::vector<int64_t>> file_kept;  // [n_kv_head][*] for --selection-file
   std::shared_ptr<const DefensiveScores> defensive;  // defensivekv, layer-defensivekv
   std::map<int64_t, int64_t> layer_totals;  // layer-global methods: budget -> this layer's total
