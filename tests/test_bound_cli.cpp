@@ -222,4 +222,88 @@ TEST(BoundCli, RefusesCompositionsOfDefensiveKv) {
   EXPECT_EQ(ok.status, 0) << ok.out;
 }
 
+TEST(BoundCli, ExpectedAttentionInBoundAndCheck) {
+  const std::string out = tmp_prefix("ea");
+  const CliRun r = run("bound --model " + kModel + " --tokens " + tokens_file(60) +
+                       " --window 8 --budgets 0.3 --methods 'expectedattention,criticalkv(adakv(expectedattention))' -o " +
+                       out + " --force");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::vector<int64_t> k = kept_counts(out);  // [2 methods, 1, 2 layers, 2 kv heads]
+  ASSERT_EQ(k.size(), 8u);
+  for (int l = 0; l < 2; ++l) {
+    EXPECT_EQ(k[static_cast<size_t>(l * 2)], 18);
+    EXPECT_EQ(k[static_cast<size_t>(4 + l * 2)] + k[static_cast<size_t>(4 + l * 2 + 1)], 36);
+  }
+  const CliRun c = run("check --model " + kModel + " --tokens " + tokens_file(60) +
+                       " --window 8 --method expectedattention --ea-no-covariance -o " + tmp_prefix("ea_check") + " --force");
+  EXPECT_EQ(c.status, 0) << c.out;
+  for (const auto& [flags, status, needle] : std::vector<std::tuple<std::string, int, std::string>>{
+           {"--ea-future 0", 2, "--ea-future 0"},
+           {"--ea-sinks -1", 2, "--ea-sinks -1"},
+           {"--ea-epsilon nan", 2, "--ea-epsilon"},
+           {"--ea-sinks 60", 1, "not longer than --ea-sinks 60"}}) {
+    const CliRun bad = run("bound --model " + kModel + " --tokens " + tokens_file(60) +
+                           " --window 8 --methods expectedattention " + flags + " -o " + tmp_prefix("ea_bad") + " --force");
+    EXPECT_EQ(bad.status >> 8, status) << flags << ": " << bad.out;
+    EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
+    EXPECT_NE(bad.out.find(needle), std::string::npos) << bad.out;
+  }
+}
+
+// A HeadKV profile for tiny_llama_gqa (2 layers x 4 query heads).
+std::string headkv_profile(const std::string& scores) {
+  static int count = 0;
+  const std::string path = tmp_prefix("headkv" + std::to_string(count++) + ".json");
+  std::ofstream(path) << R"({"format": "ckv.headkv_profile", "format_version": 1, "n_layer": 2, "n_head": 4, "scores": )"
+                      << scores << "}";
+  return path;
+}
+
+TEST(BoundCli, HeadKvInBoundAndCheck) {
+  const std::string out = tmp_prefix("headkv");
+  const std::string common = "--model " + kModel + " --tokens " + tokens_file(60) + " --window 8 ";
+  const std::string profile = headkv_profile("[[0.9, 0.1, 0.0, 0.0], [0.2, 0.2, 0.3, 0.3]]");
+  const CliRun r = run("bound " + common + "--budgets 0.5 --methods 'headkv,criticalkv(headkv)' --headkv-profile " +
+                       profile + " -o " + out + " --force");
+  ASSERT_EQ(r.status, 0) << r.out;
+  // b = 30, B = 22, B // 1.2 = 18, pool 72, min 4; KV scores 0.5, 0, 0.2, 0.3 (sum 1):
+  // caps 40, 4, 18, 26 (+ 8, clamped to 60) = 48, 12, 26, 34, for both methods.
+  EXPECT_EQ(kept_counts(out), (std::vector<int64_t>{48, 12, 26, 34, 48, 12, 26, 34}));
+  const CliRun c = run("check " + common + "--method headkv --headkv-profile " + profile + " -o " +
+                       tmp_prefix("headkv_check") + " --force");
+  EXPECT_EQ(c.status, 0) << c.out;
+  for (const auto& [flags, status, needle] : std::vector<std::tuple<std::string, int, std::string>>{
+           {"--methods headkv", 2, "'headkv' needs --headkv-profile"},
+           {"--methods 'adakv(headkv)' --headkv-profile " + profile, 2, "headkv has its own per-head allocation"},
+           {"--methods headkv --headkv-beta 0.5 --headkv-profile " + profile, 2, "--headkv-beta 0.5"},
+           {"--methods headkv --headkv-temp 0 --headkv-profile " + profile, 2, "--headkv-temp 0"},
+           {"--methods headkv --headkv-profile " + tmp_prefix("absent.json"), 1, "cannot read the HeadKV profile"},
+           {"--methods headkv --headkv-profile " + headkv_profile("[[1, 2, 3, 4]]"), 1, "a list of 2 layers"},
+           {"--methods headkv --headkv-profile " + headkv_profile("[[1, 2, 3, 4], [1, 2]]"), 1,
+            "layer 1: expected a list of 4 head scores"},
+           {"--methods headkv --headkv-profile " + headkv_profile("[[1, 2, 3, 4], [1, -2, 3, 4]]"), 1,
+            "layer 1 head 1: -2 is not a finite score"},
+           {"--methods headkv --headkv-profile " + headkv_profile("[[1, 2, 3, 4], [1, \"x\", 3, 4]]"), 1,
+            "is not a finite score"},
+           {"--methods headkv --headkv-profile " + headkv_profile("[[0, 0, 0, 0], [0, 0, 0, 0]]"), 1, "every head scores 0"},
+           {"--methods headkv --headkv-profile " + headkv_profile("[[1, 2, 3, 4], [1, 2, 3, 4]], \"oops\""), 1,
+            "not valid JSON"}}) {
+    const CliRun bad = run("bound " + common + flags + " -o " + tmp_prefix("headkv_bad") + " --force");
+    EXPECT_EQ(bad.status >> 8, status) << flags << ": " << bad.out;
+    EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
+    EXPECT_NE(bad.out.find(needle), std::string::npos) << bad.out;
+  }
+  // A profile of another model's shape (3 layers) is refused once the model is known.
+  const std::string wrong = tmp_prefix("headkv3.json");
+  std::ofstream(wrong) << R"({"format": "ckv.headkv_profile", "format_version": 1, "n_layer": 3, "n_head": 2, "scores": [[1, 1], [1, 1], [1, 1]]})";
+  const CliRun bad = run("bound " + common + "--methods headkv --headkv-profile " + wrong + " -o " +
+                         tmp_prefix("headkv_bad") + " --force");
+  EXPECT_EQ(bad.status >> 8, 1) << bad.out;
+  EXPECT_NE(bad.out.find("3 layers x 2 heads, the model has 2 layers x 4 heads"), std::string::npos) << bad.out;
+  std::ofstream(wrong) << R"({"format": "other", "format_version": 1})";
+  EXPECT_NE(run("bound " + common + "--methods headkv --headkv-profile " + wrong + " -o " + tmp_prefix("x") + " --force")
+                .out.find("not a HeadKV profile"),
+            std::string::npos);
+}
+
 }  // namespace

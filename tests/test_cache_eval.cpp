@@ -258,7 +258,9 @@ TEST_P(CacheEvalMethods, EqualMaskMethod) {
 
 INSTANTIATE_TEST_SUITE_P(Methods, CacheEvalMethods,
                          ::testing::Values("h2o", "adakv(snapkv)", "criticalkv(h2o)", "pyramidkv", "defensivekv",
-                                           "layer-defensivekv", "duoattention", "criticalkv(attn)", "adakv(attn)"),
+                                           "layer-defensivekv", "duoattention", "criticalkv(attn)", "adakv(attn)",
+                                           "expectedattention", "criticalkv(expectedattention)", "obcache",
+                                           "adakv(obcache)"),
                          [](const ::testing::TestParamInfo<std::string>& p) {
                            std::string name;
                            for (char ch : p.param) name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';

@@ -2,9 +2,12 @@
 // names, malformed or empty selections: each is one clear error (library and CLI).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
 
+#include "analysis/headkv.h"
 #include "analysis/mask_plan.h"
 #include "core/error.h"
 #include "io/h5.h"
@@ -202,6 +205,150 @@ TEST(MaskCli, LayerGlobalMethodEvictsWhatBoundKeeps) {
     for (size_t i = 0; i < evicted.size(); ++i)
       EXPECT_EQ(evicted[i], 1 - kept[static_cast<size_t>(m) * 96 + i]) << methods[m] << " entry " << i;
   }
+}
+
+// ExpectedAttention and its compositions: `mask --method` evicts exactly what `bound` keeps
+// on the context (its statistics read only the context's queries, keys and values).
+TEST(MaskCli, ExpectedAttentionEvictsWhatBoundKeeps) {
+  const auto dir = test::scratch_dir("mask_cli_ea");
+  std::string context;
+  for (int i = 0; i < 24; ++i) context += std::to_string((i * 37 + 11) % 256) + " ";
+  test::write_text(dir / "context.txt", context);
+  const char* methods[] = {"expectedattention", "adakv(expectedattention)", "criticalkv(expectedattention)"};
+  const test::RunResult b =
+      test::run_ckv("-q bound --model " + kTiny + " --tokens " + (dir / "context.txt").string() +
+                    " --window 4 --budgets 0.5 --ea-future 64 --methods 'expectedattention,adakv(expectedattention),"
+                    "criticalkv(expectedattention)' -o " + (dir / "ctx").string() + " --force");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const std::vector<int32_t> kept =
+      h5::File::open_read((dir / "ctx.h5").string()).open_dataset("records/0/kept_mask").read<int32_t>();  // [3, 1, 2, 2, 24]
+  ASSERT_EQ(kept.size(), 3u * 96u);
+  for (int m = 0; m < 3; ++m) {
+    const std::string out = (dir / (std::string("m") + std::to_string(m) + ".h5")).string();
+    const test::RunResult r = test::run_ckv("-q mask --model " + kTiny + " --tokens " + ids(dir) +
+                                            " --context-end 24 --ea-future 64 --budget 0.5 --method '" + methods[m] +
+                                            "' -o " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::vector<int32_t> evicted =
+        h5::File::open_read(out).open_group("records/0/runs/target").open_dataset("evicted").read<int32_t>();  // [2, 2, 24]
+    ASSERT_EQ(evicted.size(), 96u);
+    for (size_t i = 0; i < evicted.size(); ++i)
+      EXPECT_EQ(evicted[i], 1 - kept[static_cast<size_t>(m) * 96 + i]) << methods[m] << " entry " << i;
+    // The 4 sinks are never evicted.
+    for (size_t g = 0; g < 4; ++g)
+      for (size_t i = 0; i < 4; ++i) EXPECT_EQ(evicted[g * 24 + i], 0) << methods[m];
+  }
+  expect_error_line(test::run_ckv("-q mask --model " + kTiny + " --tokens " + ids(dir) +
+                                  " --context-end 24 --budget 0.5 --method expectedattention --ea-sinks 24 -o " +
+                                  (dir / "x.h5").string()),
+                    "not longer than --ea-sinks 24");
+}
+
+TEST(MaskCli, HeadKvEvictsWhatBoundKeeps) {
+  const auto dir = test::scratch_dir("mask_cli_headkv");
+  std::string context;
+  for (int i = 0; i < 24; ++i) context += std::to_string((i * 37 + 11) % 256) + " ";
+  test::write_text(dir / "context.txt", context);
+  test::write_text(dir / "profile.json", R"({"format": "ckv.headkv_profile", "format_version": 1, "n_layer": 2,
+                   "n_head": 2, "scores": [[0.7, 0.1], [0.0, 0.2]]})");
+  const std::string profile = " --headkv-profile " + (dir / "profile.json").string();
+  const test::RunResult b = test::run_ckv("-q bound --model " + kTiny + " --tokens " + (dir / "context.txt").string() +
+                                          " --window 4 --budgets 0.5 --methods headkv" + profile + " -o " +
+                                          (dir / "ctx").string() + " --force");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const std::vector<int32_t> kept =
+      h5::File::open_read((dir / "ctx.h5").string()).open_dataset("records/0/kept_mask").read<int32_t>();  // [1, 1, 2, 2, 24]
+  ASSERT_EQ(kept.size(), 96u);
+  const std::string out = (dir / "m.h5").string();
+  const test::RunResult r = test::run_ckv("-q mask --model " + kTiny + " --tokens " + ids(dir) +
+                                          " --context-end 24 --window 4 --budget 0.5 --method headkv" + profile + " -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<int32_t> evicted =
+      h5::File::open_read(out).open_group("records/0/runs/target").open_dataset("evicted").read<int32_t>();  // [2, 2, 24]
+  ASSERT_EQ(evicted.size(), 96u);
+  int kept_total = 0;
+  for (size_t i = 0; i < evicted.size(); ++i) {
+    EXPECT_EQ(evicted[i], 1 - kept[i]) << "entry " << i;
+    kept_total += kept[i];
+  }
+  // b = 12, B = 8, B // 1.2 = 6, pool 24, min 2: caps 19, 4, 2, 7 (+ 4, clamped to 24) = 23, 8, 6, 11.
+  EXPECT_EQ(kept_total, 23 + 8 + 6 + 11);
+  expect_error_line(test::run_ckv("-q mask --model " + kTiny + " --tokens " + ids(dir) +
+                                  " --context-end 24 --budget 0.5 --method headkv -o " + out),
+                    "'headkv' needs --headkv-profile", 2);
+}
+
+// `ckv profile` on `ckv niah` records of the default model: a [30][9] retrieval profile
+// that `--headkv-profile` reads; records without an answer or needle are refused.
+TEST(ProfileCli, RetrievalProfileOfTheDefaultModel) {
+  const std::string model = test::default_model_or_empty();
+  if (model.empty()) GTEST_SKIP() << "default model absent";
+  const auto dir = test::scratch_dir("profile_cli");
+  const std::string niah = (dir / "niah.jsonl").string(), out = (dir / "p.json").string();
+  ASSERT_EQ(test::run_ckv("-q niah --model " + model + " --length 300 --count 2 --seed 3 -o " + niah + " --force").exit_code, 0);
+  const test::RunResult r = test::run_ckv("-q profile -t 2 --model " + model + " -i " + niah + " -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(out);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["format"], "ckv.headkv_profile");
+  EXPECT_EQ(j["records"], 2);
+  ASSERT_EQ(j["scores"].size(), 30u);
+  double total = 0;
+  for (const auto& layer : j["scores"]) {
+    ASSERT_EQ(layer.size(), 9u);
+    for (const auto& x : layer) {
+      EXPECT_GE(x.get<double>(), 0.0);
+      total += x.get<double>();
+    }
+  }
+  EXPECT_GT(total, 0.0);  // some head copies the needle's digits
+  EXPECT_EQ(read_headkv_profile(out).size(), 30u);
+  expect_error_line(test::run_ckv("-q profile --model " + model + " -i " + niah + " -o " + out), "exists", 1);
+  expect_error_line(test::run_ckv("-q profile --model " + model + " -i " + niah + " --span distractor2 -o " + out +
+                                  " --force"),
+                    "no span named \"distractor2\"");
+  test::write_text(dir / "noanswer.jsonl", R"({"id": "a", "context": "One two three.", "spans": {"needle": [[4, 7]]}})" "\n");
+  expect_error_line(test::run_ckv("-q profile --model " + model + " -i " + (dir / "noanswer.jsonl").string() + " -o " +
+                                  out + " --force"),
+                    "record \"a\": no \"answer\"");
+}
+
+// OBCache on SnapKV's window and its compositions: `mask --method` evicts what `bound` keeps.
+TEST(MaskCli, ObcacheEvictsWhatBoundKeeps) {
+  const auto dir = test::scratch_dir("mask_cli_obc");
+  std::string context;
+  for (int i = 0; i < 24; ++i) context += std::to_string((i * 37 + 11) % 256) + " ";
+  test::write_text(dir / "context.txt", context);
+  const char* methods[] = {"obcache", "adakv(obcache)", "criticalkv(obcache)"};
+  const test::RunResult b =
+      test::run_ckv("-q bound --model " + kTiny + " --tokens " + (dir / "context.txt").string() +
+                    " --window 4 --budgets 0.5 --methods 'obcache,adakv(obcache),criticalkv(obcache)' -o " +
+                    (dir / "ctx").string() + " --force");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const std::vector<int32_t> kept =
+      h5::File::open_read((dir / "ctx.h5").string()).open_dataset("records/0/kept_mask").read<int32_t>();  // [3, 1, 2, 2, 24]
+  ASSERT_EQ(kept.size(), 3u * 96u);
+  for (int m = 0; m < 3; ++m) {
+    const std::string out = (dir / (std::string("m") + std::to_string(m) + ".h5")).string();
+    const test::RunResult r = test::run_ckv("-q mask --model " + kTiny + " --tokens " + ids(dir) +
+                                            " --context-end 24 --window 4 --budget 0.5 --method '" + methods[m] +
+                                            "' -o " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::vector<int32_t> evicted =
+        h5::File::open_read(out).open_group("records/0/runs/target").open_dataset("evicted").read<int32_t>();  // [2, 2, 24]
+    ASSERT_EQ(evicted.size(), 96u);
+    for (size_t i = 0; i < evicted.size(); ++i)
+      EXPECT_EQ(evicted[i], 1 - kept[static_cast<size_t>(m) * 96 + i]) << methods[m] << " entry " << i;
+  }
+  // The key score alone selects through `check` too; an unknown score is a flag error.
+  EXPECT_EQ(test::run_ckv("-q check --model " + kTiny + " --tokens " + (dir / "context.txt").string() +
+                          " --window 4 --method obcache --obcache-score key -o " + (dir / "chk").string() + " --force")
+                .exit_code,
+            0);
+  expect_error_line(test::run_ckv("-q mask --model " + kTiny + " --tokens " + ids(dir) +
+                                  " --context-end 24 --budget 0.5 --method obcache --obcache-score both -o " +
+                                  (dir / "x.h5").string()),
+                    "--obcache-score", 2);
 }
 
 }  // namespace

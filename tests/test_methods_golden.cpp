@@ -4,14 +4,27 @@
 // PyramidKV against kvpress 0.5.5's PyramidKVPress: from
 // tests/data/kvpress/methods_v1.h5 (tests/reference/make_methods_goldens.py). Cases:
 // synthetic GQA/MHA tensors, and the q/k/v of the default model and tiny_llama_gqa on a
-// text no other test uses.
+// text no other test uses. ExpectedAttention (plain, adakv(...), criticalkv(...)) against
+// kvpress 0.5.5's ExpectedAttentionPress: tests/data/kvpress/expected_attention_v1.h5
+// (tests/reference/make_expected_attention_goldens.py). HeadKV against a NumPy
+// implementation of its code's allocation: tests/data/kvpress/headkv_v1.h5
+// (tests/reference/make_headkv_goldens.py); its retrieval-score profile on constructed cases.
+// OBCache on SnapKV's window against a NumPy implementation of its scores:
+// tests/data/kvpress/obcache_v1.h5 (tests/reference/make_obcache_goldens.py).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
 
 #include "analysis/bound_layer.h"
 #include "analysis/defensivekv.h"
+#include "analysis/expected_attention.h"
+#include "analysis/headkv.h"
 #include "analysis/selection.h"
+#include "core/error.h"
 #include "io/h5.h"
 
 namespace ckv {
@@ -206,6 +219,266 @@ TEST(MethodsGolden, PyramidKvMatchesKvpress) {
   }
   EXPECT_GE(compared, 33);
   EXPECT_GE(pyramid, 6);
+}
+
+// "criticalkv(expectedattention)|future=512,sinks=4,cov=1,vnorm=1,eps=0" -> method, params.
+std::pair<MethodSpec, SelectionParams> expected_label(const std::string& label) {
+  const size_t bar = label.find('|');
+  SelectionParams p;
+  std::stringstream ss(label.substr(bar + 1));
+  for (std::string item; std::getline(ss, item, ',');) {
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
+    if (key == "future") p.ea_future = std::stoll(val);
+    else if (key == "sinks") p.ea_sinks = std::stoll(val);
+    else if (key == "cov") p.ea_covariance = val == "1";
+    else if (key == "vnorm") p.ea_vnorm = val == "1";
+    else if (key == "eps") p.ea_epsilon = std::stod(val);
+    else ADD_FAILURE() << "unknown setting " << key;
+  }
+  return {MethodSpec::parse(label.substr(0, bar)), p};
+}
+
+TEST(MethodsGolden, ExpectedAttentionMatchesKvpress) {
+  h5::File f = h5::File::open_read(std::filesystem::path(CKV_TEST_DATA_DIR) / "kvpress/expected_attention_v1.h5");
+  ASSERT_EQ(f.attr_int("format_version"), 1);
+  const h5::Group cases = f.open_group("cases");
+  int compared = 0;
+  std::set<std::string> methods;
+  for (const std::string& name : cases.children()) {
+    const h5::Group cg = cases.open_group(name);
+    const int64_t c = cg.attr_int("c"), n = cg.attr_int("n");
+    const std::vector<double> freq = cg.open_dataset("inv_freq").read<double>();
+    const auto inv_freq = std::make_shared<const std::vector<float>>(freq.begin(), freq.end());
+    const std::vector<int64_t> budgets = cg.attr_ints("budgets");
+    for (const std::string& l : cg.open_group("layers").children()) {
+      const h5::Group lg = cg.open_group("layers/" + l);
+      const Tensor q = read_tensor(lg, "q"), k = read_tensor(lg, "k"), v = read_tensor(lg, "v");
+      const Tensor wo({1, q.dim(0) * q.dim(2)});
+      const std::vector<double> nu_ref = lg.open_dataset("nu_l1").read<double>();  // [n_head, c]
+      Tensor nu({q.dim(0), n});
+      for (int64_t h = 0; h < q.dim(0); ++h)
+        for (int64_t i = 0; i < c; ++i)
+          nu.data()[h * n + i] = static_cast<float>(nu_ref[static_cast<size_t>(h * c + i)]);
+      const LayerTensors t{&q, &k, &v, &wo, &nu, nullptr};
+      const h5::Group kept = lg.open_group("kept");
+      for (const std::string& label : kept.children()) {
+        const auto [spec, params] = expected_label(label);
+        methods.insert(spec.name());
+        LayerRequest r;
+        r.methods = {spec};
+        r.params = params;
+        r.c = c;
+        r.eval_rows = evaluation_rows(c, n);
+        r.rope_inv_freq = inv_freq;
+        const SelectionInputs in = selection_inputs(t, r, false, false);
+        const std::vector<int32_t> ref = kept.open_dataset(label).read<int32_t>();  // [budget, n_kv_head, c]
+        const int64_t size = k.dim(0) * c;
+        ASSERT_EQ(ref.size(), budgets.size() * static_cast<size_t>(size));
+        for (size_t bi = 0; bi < budgets.size(); ++bi) {
+          const Selection s = select(spec, in, budgets[bi], params);
+          const auto first = ref.begin() + static_cast<std::ptrdiff_t>(bi * static_cast<size_t>(size));
+          EXPECT_EQ(mask_of(s, c), std::vector<int32_t>(first, first + size))
+              << name << " layer " << l << " " << label << " budget " << budgets[bi];
+          ++compared;
+        }
+      }
+    }
+  }
+  // synthetic: 2 layers x 5 settings x 3 methods; tiny: 2 x 3; default: 3 x 3; 3 budgets each.
+  EXPECT_EQ(compared, (30 + 6 + 9) * 3);
+  EXPECT_EQ(methods.size(), 3u);
+}
+
+// The scores themselves, on a case small enough to state: one head, d 2, no sinks, no
+// covariance, T = 1 future position; the pre-RoPE queries are constant, so R mu is mu rotated
+// to position c, and the scores are the softmax of k_j . R mu / sqrt(2) times ||v_j||.
+TEST(MethodsGolden, ExpectedAttentionScoresByHand) {
+  const int64_t c = 5, seq = 6;
+  const std::vector<float> inv_freq{0.3f};
+  Tensor q({1, seq, 2}), k({1, seq, 2}), v({1, seq, 2});
+  for (int64_t p = 0; p < seq; ++p) {
+    // The pre-RoPE query (1, 2) rotated by angle 0.3 p (rotate_half layout).
+    const double a = static_cast<float>(static_cast<float>(p) * 0.3f);
+    q.data()[p * 2] = static_cast<float>(std::cos(a) * 1 - std::sin(a) * 2);
+    q.data()[p * 2 + 1] = static_cast<float>(std::sin(a) * 1 + std::cos(a) * 2);
+    k.data()[p * 2] = static_cast<float>(p) - 2;
+    k.data()[p * 2 + 1] = 0.5f * static_cast<float>(p);
+    v.data()[p * 2] = 3;
+    v.data()[p * 2 + 1] = static_cast<float>(p);
+  }
+  SelectionParams params;
+  params.ea_sinks = 0;
+  params.ea_future = 1;
+  params.ea_covariance = false;
+  const ScoreMatrix s = expected_attention_scores(q, k, v, c, inv_freq, params);
+  const double a = static_cast<float>(static_cast<float>(c) * 0.3f);
+  const double mu0 = std::cos(a) - 2 * std::sin(a), mu1 = std::sin(a) + 2 * std::cos(a);
+  std::vector<double> z(static_cast<size_t>(c)), want(static_cast<size_t>(c));
+  double sum = 0;
+  for (int64_t j = 0; j < c; ++j) {
+    z[static_cast<size_t>(j)] = std::exp(((j - 2.0) * mu0 + 0.5 * j * mu1) / std::sqrt(2.0));
+    sum += z[static_cast<size_t>(j)];
+  }
+  for (int64_t j = 0; j < c; ++j)
+    EXPECT_NEAR(s(0, j), z[static_cast<size_t>(j)] / sum * std::hypot(3.0, static_cast<double>(j)), 1e-6) << j;
+  // Two sinks score the layer maximum + 1.
+  params.ea_sinks = 2;
+  const ScoreMatrix s2 = expected_attention_scores(q, k, v, c, inv_freq, params);
+  EXPECT_DOUBLE_EQ(s2(0, 0), s2.rightCols(3).maxCoeff() + 1);
+  EXPECT_DOUBLE_EQ(s2(0, 1), s2(0, 0));
+  EXPECT_THROW(expected_attention_scores(q, k, v, 2, inv_freq, params), InputError);
+}
+
+TEST(MethodsGolden, HeadKvMatchesReference) {
+  h5::File f = h5::File::open_read(std::filesystem::path(CKV_TEST_DATA_DIR) / "kvpress/headkv_v1.h5");
+  ASSERT_EQ(f.attr_int("format_version"), 1);
+  const h5::Group cases = f.open_group("cases");
+  int compared = 0, uneven = 0;
+  for (const std::string& name : cases.children()) {
+    const h5::Group cg = cases.open_group(name);
+    const int64_t c = cg.attr_int("c"), n = cg.attr_int("n"), n_layer = cg.attr_int("n_layer");
+    const h5::Dataset pd = cg.open_dataset("profile");
+    const std::vector<double> flat = pd.read<double>();
+    const int64_t width = pd.shape()[1];
+    auto profile = std::make_shared<std::vector<std::vector<double>>>();
+    for (int64_t l = 0; l < n_layer; ++l) profile->emplace_back(flat.begin() + l * width, flat.begin() + (l + 1) * width);
+    const std::vector<int64_t> budgets = cg.attr_ints("budgets");
+    for (const std::string& l : cg.open_group("layers").children()) {
+      const h5::Group lg = cg.open_group("layers/" + l);
+      const Tensor q = read_tensor(lg, "q"), k = read_tensor(lg, "k");
+      const Tensor v({k.dim(0), k.dim(1), k.dim(2)}), wo({1, q.dim(0) * q.dim(2)}), nu({q.dim(0), n});
+      const LayerTensors t{&q, &k, &v, &wo, &nu, nullptr};
+      const h5::Group kept = lg.open_group("kept");
+      for (const std::string& label : kept.children()) {  // "beta=1.2,temp=1"
+        LayerRequest r;
+        r.methods = {MethodSpec::parse("headkv")};
+        r.params.window = cg.attr_int("window");
+        r.params.kernel = cg.attr_int("kernel");
+        r.params.pool = PoolKind::Max;
+        r.params.headkv_profile = profile;
+        r.params.headkv_beta = std::stod(label.substr(5, label.find(',') - 5));
+        r.params.headkv_temp = std::stod(label.substr(label.find("temp=") + 5));
+        r.c = c;
+        r.layer = std::stoll(l);
+        r.n_layer = n_layer;
+        r.eval_rows = evaluation_rows(c, n);
+        const SelectionInputs in = selection_inputs(t, r, true, false);
+        const std::vector<int32_t> ref = kept.open_dataset(label).read<int32_t>();  // [budget, n_kv_head, c]
+        const int64_t size = k.dim(0) * c;
+        ASSERT_EQ(ref.size(), budgets.size() * static_cast<size_t>(size));
+        for (size_t bi = 0; bi < budgets.size(); ++bi) {
+          const Selection s = select(r.methods[0], in, budgets[bi], r.params);
+          const auto first = ref.begin() + static_cast<std::ptrdiff_t>(bi * static_cast<size_t>(size));
+          EXPECT_EQ(mask_of(s, c), std::vector<int32_t>(first, first + size))
+              << name << " layer " << l << " " << label << " budget " << budgets[bi];
+          for (const auto& h : s.kept) uneven += static_cast<int64_t>(h.size()) != budgets[bi];
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, (2 * 2 * 3) + (1 * 2 * 3) + (3 * 2 * 3));
+  EXPECT_GE(uneven, 40);  // the per-head budgets differ from the uniform one
+}
+
+TEST(MethodsGolden, HeadKvAllocationByHand) {
+  // 2 layers x 2 KV heads, scores 1, 0, 0, 3: s_hat = 1/4, 0, 0, 3/4. b = 42, w = 2: B = 40,
+  // B // 1.5 = 26, pool 104, min 14: caps 40, 14, 14, 92 (+ w, clamped to c = 100).
+  const std::vector<std::vector<double>> scores{{1, 0}, {0, 3}};
+  SelectionParams p;
+  p.window = 2;
+  p.headkv_beta = 1.5;
+  EXPECT_EQ(headkv_budgets(scores, 0, 100, 42, p), (std::vector<int64_t>{42, 16}));
+  EXPECT_EQ(headkv_budgets(scores, 1, 100, 42, p), (std::vector<int64_t>{16, 94}));
+  // temp 0.5: s_hat^0.5 = 1/2, 0, 0, sqrt(3)/2, renormalised: 0.366, 0, 0, 0.634.
+  p.headkv_temp = 0.5;
+  EXPECT_EQ(headkv_budgets(scores, 1, 100, 42, p)[1], 2 + static_cast<int64_t>(std::nearbyint(0.6339746 * 104 + 14)));
+  // A query-head profile (4 heads, groups of 2) reduces by the group mean.
+  EXPECT_EQ(headkv_kv_scores({{1, 3, 0, 2}, {0, 0, 4, 4}}, 2, 4, 2), (std::vector<std::vector<double>>{{2, 1}, {0, 4}}));
+  EXPECT_THROW(headkv_kv_scores({{1, 3, 0}}, 1, 4, 2), InputError);
+  EXPECT_DOUBLE_EQ(python_floordiv(40, 1.5), 26);
+  // The committed profile of the default model (docs/BOUND.md "HeadKV") reads back.
+  const auto committed = read_headkv_profile(std::filesystem::path(CKV_TEST_DATA_DIR) /
+                                             "../../data/headkv/SmolLM2-135M-Instruct.retrieval.json");
+  EXPECT_EQ(committed.size(), 30u);
+  EXPECT_EQ(committed.front().size(), 9u);
+  EXPECT_DOUBLE_EQ(python_floordiv(128, 1.005), 127);  // Python: 128 // 1.005 == 127.0
+  EXPECT_DOUBLE_EQ(python_floordiv(0.3, 0.1), 2);  // Python: 0.3 // 0.1 == 2.0 (fmod, not 0.3 / 0.1)
+}
+
+// The retrieval score on a constructed case (Wu et al.: argmax in the needle and the token
+// there equals the token produced; 1 / |needle| per step).
+TEST(MethodsGolden, RetrievalScoreByHand) {
+  // 8 positions, needle [3, 6) = tokens 30 31 32; two answer steps producing 31 then 32.
+  const std::vector<int32_t> tokens{10, 11, 12, 30, 31, 32, 13, 14};
+  const std::vector<char> needle{0, 0, 0, 1, 1, 1, 0, 0};
+  const std::vector<int32_t> produced{31, 32};
+  Tensor probs({4, 2, 8});
+  const auto peak = [&](int64_t h, int64_t k, int64_t pos) {
+    for (int64_t i = 0; i < 8; ++i) probs.data()[(h * 2 + k) * 8 + i] = 0.05f;
+    probs.data()[(h * 2 + k) * 8 + pos] = 0.6f;
+  };
+  peak(0, 0, 4), peak(0, 1, 5);  // head 0 copies both tokens: 2/3
+  peak(1, 0, 4), peak(1, 1, 4);  // head 1: the first step only (the second looks at 31): 1/3
+  peak(2, 0, 1), peak(2, 1, 5);  // head 2: outside the needle, then a copy: 1/3
+  peak(3, 0, 3), peak(3, 1, 7);  // head 3: inside the needle but a different token: 0
+  std::vector<double> score(4, 0.0);
+  add_retrieval_scores(probs, tokens, needle, produced, score);
+  EXPECT_NEAR(score[0], 2.0 / 3, 1e-12);
+  EXPECT_NEAR(score[1], 1.0 / 3, 1e-12);
+  EXPECT_NEAR(score[2], 1.0 / 3, 1e-12);
+  EXPECT_EQ(score[3], 0.0);
+  // Ties: the first maximum (position 3, token 30 != 31) decides.
+  for (int64_t i = 0; i < 8; ++i) probs.data()[i] = i == 3 || i == 4 ? 0.4f : 0.0f;
+  std::vector<double> tie(4, 0.0);
+  add_retrieval_scores(probs, tokens, needle, produced, tie);
+  EXPECT_NEAR(tie[0], 1.0 / 3, 1e-12);
+}
+
+TEST(MethodsGolden, ObcacheMatchesReference) {
+  h5::File f = h5::File::open_read(std::filesystem::path(CKV_TEST_DATA_DIR) / "kvpress/obcache_v1.h5");
+  ASSERT_EQ(f.attr_int("format_version"), 1);
+  const h5::Group cases = f.open_group("cases");
+  int compared = 0;
+  std::map<std::string, std::vector<std::vector<int32_t>>> by_score;  // the scores must select differently
+  for (const std::string& name : cases.children()) {
+    const h5::Group cg = cases.open_group(name);
+    const int64_t c = cg.attr_int("c"), n = cg.attr_int("n");
+    const std::vector<int64_t> budgets = cg.attr_ints("budgets");
+    for (const std::string& l : cg.open_group("layers").children()) {
+      const h5::Group lg = cg.open_group("layers/" + l);
+      const Tensor q = read_tensor(lg, "q"), k = read_tensor(lg, "k"), v = read_tensor(lg, "v");
+      const Tensor wo({1, q.dim(0) * q.dim(2)}), nu({q.dim(0), n});
+      const LayerTensors t{&q, &k, &v, &wo, &nu, nullptr};
+      const h5::Group kept = lg.open_group("kept");
+      for (const std::string& score : kept.children()) {
+        LayerRequest r;
+        r.methods = {MethodSpec::parse("obcache")};
+        r.params.window = cg.attr_int("window");
+        r.params.kernel = cg.attr_int("kernel");
+        r.params.pool = cg.attr_string("pool") == "avg" ? PoolKind::Avg : PoolKind::Max;
+        r.params.obcache_score = score == "key" ? ObcacheScore::Key : score == "value" ? ObcacheScore::Value : ObcacheScore::Joint;
+        r.c = c;
+        r.eval_rows = evaluation_rows(c, n);
+        const SelectionInputs in = selection_inputs(t, r, false, false);
+        const std::vector<int32_t> ref = kept.open_dataset(score).read<int32_t>();  // [budget, n_kv_head, c]
+        const int64_t size = k.dim(0) * c;
+        ASSERT_EQ(ref.size(), budgets.size() * static_cast<size_t>(size));
+        for (size_t bi = 0; bi < budgets.size(); ++bi) {
+          const Selection s = select(r.methods[0], in, budgets[bi], r.params);
+          const auto first = ref.begin() + static_cast<std::ptrdiff_t>(bi * static_cast<size_t>(size));
+          EXPECT_EQ(mask_of(s, c), std::vector<int32_t>(first, first + size))
+              << name << " layer " << l << " obcache " << score << " budget " << budgets[bi];
+          by_score[score].push_back(mask_of(s, c));
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, (2 + 1 + 3) * 3 * 3);
+  EXPECT_NE(by_score["joint"], by_score["key"]);
+  EXPECT_NE(by_score["joint"], by_score["value"]);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "data/records.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "model/rope_freq.h"
 
 namespace ckv::app {
 namespace {
@@ -141,7 +142,9 @@ class AnalysisRecorder : public Recorder {
   AnalysisRecorder(const Model& model, const std::vector<AnalysisBlock>& blocks, BoundRecord& rec,
                    ThreadPool& pool, const std::vector<std::map<int64_t, std::vector<std::vector<int64_t>>>>& files,
                    const Collectors* collectors = nullptr)
-      : model_(model), blocks_(blocks), rec_(rec), pool_(pool), files_(files), collectors_(collectors) {}
+      : model_(model), blocks_(blocks), rec_(rec), pool_(pool), files_(files), collectors_(collectors),
+        inv_freq_(std::make_shared<const std::vector<float>>(
+            rope_inv_freq(model.config, model.weights.rope_freq_factors))) {}
   void on_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) override {
     const Tensor wo = model_.weights.layers.at(static_cast<size_t>(layer)).wo.to_f32();
     analyze(layer, q, k, v, wo);
@@ -163,6 +166,7 @@ class AnalysisRecorder : public Recorder {
       r.oracle = b.oracle;
       r.oracle_max_n = b.oracle_max_n;
       r.nu_min = b.nu_min;
+      r.rope_inv_freq = inv_freq_;
       if (auto it = files_[bi].find(layer); it != files_[bi].end()) {
         check_selection(b.selection_file, layer, it->second, rec_.c, fmt::format("record \"{}\"", rec_.id));
         r.file_kept = it->second;
@@ -194,6 +198,7 @@ class AnalysisRecorder : public Recorder {
   ThreadPool& pool_;
   const std::vector<std::map<int64_t, std::vector<std::vector<int64_t>>>>& files_;
   const Collectors* collectors_;
+  std::shared_ptr<const std::vector<float>> inv_freq_;
 };
 
 // A record of a prompt of n tokens whose context ends at context_end, under the protocol

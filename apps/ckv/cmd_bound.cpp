@@ -35,6 +35,7 @@ void run_bound(BoundOptions& o, const GlobalOptions& g) {
       fail<UsageError>("--methods: 'oracle' needs --oracle");
     if (m.leaf().kind == MethodSpec::Kind::DuoAttention && !o.a.params.duo_pattern)
       fail<UsageError>("--methods: 'duoattention' needs --duo-pattern");
+    require_method_inputs(m, o.a.params, "--methods");
   }
   if (o.oracle && std::none_of(block.methods.begin(), block.methods.end(),
                                [](const MethodSpec& m) { return m.kind == MethodSpec::Kind::Oracle; }))

@@ -46,6 +46,7 @@ void run_check(CheckOptions& o, const GlobalOptions& g) {
     fail<UsageError>("--method {}: check needs a scored method", o.method);
   if (method.leaf().kind == MethodSpec::Kind::DuoAttention && !o.a.params.duo_pattern)
     fail<UsageError>("--method duoattention needs --duo-pattern");
+  require_method_inputs(method, o.a.params, "--method");
   std::vector<AnalysisBlock> blocks;
   std::vector<std::string> labels;
   for (double alpha : alphas) {

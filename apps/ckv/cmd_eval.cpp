@@ -60,6 +60,7 @@ CacheEvalSettings settings_of(const EvalOptions& o) {
   s.params.gqa_reduce = o.gqa_reduce == "max" ? GqaReduce::Max : GqaReduce::Mean;
   finish_method_options(o.method_opts, s.params);
   validate_selection_params(s.params);
+  for (const MethodSpec& m : s.methods) require_method_inputs(m, s.params, "--methods");
   s.compress_prompt = o.compress == "prompt";
   s.selection_file = o.selection_file;
   s.max_new_tokens = o.max_new_tokens;
@@ -80,6 +81,10 @@ nlohmann::json settings_json(const EvalOptions& o, const CacheEvalSettings& s) {
           {"defensive_share", o.method_opts.defensive_share}, {"defensive_nu", o.method_opts.defensive_nu},
           {"pyramid_beta", o.params.pyramid_beta}, {"duo_pattern", o.method_opts.duo_pattern},
           {"duo_sink", o.params.duo_sink}, {"duo_recent", o.params.duo_recent},
+          {"headkv_profile", o.method_opts.headkv_profile}, {"obcache_score", o.method_opts.obcache_score},
+          {"ea_future", o.params.ea_future}, {"ea_sinks", o.params.ea_sinks}, {"ea_epsilon", o.params.ea_epsilon},
+          {"ea_covariance", o.params.ea_covariance}, {"ea_vnorm", o.params.ea_vnorm},
+          {"headkv_beta", o.params.headkv_beta}, {"headkv_temp", o.params.headkv_temp},
           {"max_new_tokens", o.max_new_tokens}, {"stop", o.stop},     {"ignore_eos", o.ignore_eos},
           {"chat", o.chat},            {"answer_space", !o.no_answer_space}};
 }

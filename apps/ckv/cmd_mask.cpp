@@ -358,9 +358,11 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
   {
     const SelectionParams check = selection_params(o);
     validate_selection_params(check);
-    for (const std::string* m : {&o.method, &o.compare})
+    for (const std::string* m : {&o.method, &o.compare}) {
       if (!m->empty() && MethodSpec::parse(*m).kind == MethodSpec::Kind::DuoAttention && !check.duo_pattern)
         fail<UsageError>("--method duoattention needs --duo-pattern");
+      if (!m->empty()) require_method_inputs(MethodSpec::parse(*m), check, m == &o.method ? "--method" : "--compare");
+    }
   }
   const Shard shard = Shard::resolve(o.shard);
   if (!shard.is_whole() && o.input_jsonl.empty())

@@ -40,6 +40,7 @@ void register_merge(CLI::App& app, GlobalOptions& g);
 void register_bound(CLI::App& app, GlobalOptions& g);
 void register_check(CLI::App& app, GlobalOptions& g);
 void register_eval(CLI::App& app, GlobalOptions& g);
+void register_profile(CLI::App& app, GlobalOptions& g);
 
 // `ckv info FILE.h5`: summary of a dump (cmd_info_h5.cpp).
 void info_dump(const std::string& path, bool json);

@@ -89,6 +89,7 @@ void build_app(CLI::App& app, GlobalOptions& g) {
   register_bound(app, g);
   register_check(app, g);
   register_eval(app, g);
+  register_profile(app, g);
 }
 
 }  // namespace ckv::app

@@ -10,6 +10,8 @@
 #include <span>
 
 #include "analysis/defensivekv.h"
+#include "analysis/expected_attention.h"
+#include "analysis/obcache.h"
 #include "analysis/oracle.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -105,6 +107,10 @@ SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool 
                                                uses(r.methods, MethodSpec::Kind::LayerDefensiveKV));
   if (need_defensive && w >= c) fail<InputError>("--window {}: not shorter than the context of {} tokens", w, c);
   std::vector<DefensiveHeadFold> folds(need_defensive ? static_cast<size_t>(d.n_head) : 0);
+  const bool need_obcache = uses(r.methods, MethodSpec::Kind::OBCache);
+  if (need_obcache && w >= c) fail<InputError>("--window {}: not shorter than the context of {} tokens", w, c);
+  ScoreMatrix obc;
+  if (need_obcache) obc.resize(d.n_head, prefix);
   if (eval) eval->assign(static_cast<size_t>(d.n_head), MatrixD());
   for_each(pool, d.n_head, [&](int64_t h) {
     const MatrixD kd = keys_double(t, d, h / d.group, len);  // [len, d_head]
@@ -120,6 +126,18 @@ SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool 
     // h2o: accumulated attention of the last h2o_rows context queries (as the paper emulates H2O).
     if (need_h2o)
       acc.row(h) = summed_attention(t, d, kd, h, std::max<int64_t>(0, c - r.params.h2o_rows), c, c);
+    // obcache.h: the window rows' output-aware saliency, pooled as snapkv's attention.
+    if (need_obcache) {
+      std::vector<int64_t> rows;
+      for (int64_t p = prefix; p < c; ++p) rows.push_back(p);
+      const MatrixD window_attn = head_attention(t, d, kd, h, rows);  // [w, c]
+      MatrixD q(w, d.d_head);
+      for (int64_t i = 0; i < w; ++i) q.row(i) = ConstMatrixMap(q_row(t, d, h, prefix + i), 1, d.d_head).cast<double>();
+      const MatrixD logits = q * kd.topRows(prefix).transpose() / std::sqrt(static_cast<double>(d.d_head));
+      const MatrixD vd = ConstMatrixMap(kv_head(*t.v, d, h / d.group), c, d.d_head).cast<double>();
+      obc.row(h) = pool_row(obcache_window_scores(window_attn, logits, vd, c, r.params.obcache_score),
+                            r.params.kernel, r.params.pool);
+    }
     // defensivekv.h: the window rows one by one (pooled per row), not their sum.
     if (need_defensive) {
       std::vector<int64_t> rows;
@@ -133,6 +151,7 @@ SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool 
   SelectionInputs in;
   in.c = c;
   in.n_kv_head = d.n_kv_head;
+  in.n_head = d.n_head;
   in.attn = reduce_groups(attn, d.n_kv_head, r.params.gqa_reduce);
   // kvpress CriticalKVPress: the group mean of the query heads' nu (or max on request).
   in.nu = reduce_groups(nu, d.n_kv_head, r.params.gqa_reduce);
@@ -144,12 +163,21 @@ SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool 
     in.snapkv.leftCols(prefix) = reduced;
   }
   if (need_h2o) in.h2o = reduce_groups(acc, d.n_kv_head, r.params.gqa_reduce);
+  if (need_obcache) {
+    const ScoreMatrix reduced = reduce_groups(obc, d.n_kv_head, r.params.gqa_reduce);
+    in.obcache = ScoreMatrix::Constant(d.n_kv_head, c, (prefix > 0 ? reduced.maxCoeff() : 0.0) + 1.0);
+    in.obcache.leftCols(prefix) = reduced;
+  }
   in.file_kept = r.file_kept;
   in.layer = r.layer;
   in.n_layer = r.n_layer;
   // defensivekv's value factor is the group mean of the L1 nu whatever --gqa-reduce says.
   in.defensive = need_defensive ? defensive_combine(folds, nu, d.n_kv_head, c, r.params) : r.defensive;
   in.layer_totals = r.layer_totals;
+  if (uses(r.methods, MethodSpec::Kind::ExpectedAttention)) {
+    if (!r.rope_inv_freq) fail<InputError>("expectedattention: the model's RoPE frequencies are missing");
+    in.expected = expected_attention_scores(*t.q, *t.k, *t.v, c, *r.rope_inv_freq, r.params, pool);
+  }
   return in;
 }
 

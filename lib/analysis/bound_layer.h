@@ -49,6 +49,9 @@ struct LayerRequest {
   std::map<int64_t, int64_t> layer_totals;
   // The layer's DefensiveKV scores when a pre-pass computed them already (else computed here).
   std::shared_ptr<const DefensiveScores> defensive;
+  // The model's RoPE frequencies (rope_inv_freq): expectedattention undoes the queries'
+  // rotation and averages it over future positions. Required when a method uses it.
+  std::shared_ptr<const std::vector<float>> rope_inv_freq;
 };
 
 struct LayerResult {
@@ -66,8 +69,8 @@ struct LayerResult {
 // The evaluation rows of a prompt of n tokens whose context ends at c.
 std::vector<int64_t> evaluation_rows(int64_t c, int64_t n);
 
-// Scores of every leaf method (attn, snapkv, h2o, nu; defensivekv's when request.methods
-// use it) for the layer. Throws InputError when
+// Scores of every leaf method (attn, snapkv, h2o, nu; defensivekv's and expectedattention's
+// when request.methods use them) for the layer. Throws InputError when
 // the snapkv window is not shorter than the context. With a pool, heads run in parallel.
 SelectionInputs selection_inputs(const LayerTensors& t, const LayerRequest& request,
                                  bool need_snapkv, bool need_h2o, ThreadPool* pool = nullptr);

@@ -12,6 +12,7 @@
 #include "analysis/value_norms.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "model/rope_freq.h"
 #include "model/tokenizer.h"
 
 namespace ckv {
@@ -64,7 +65,8 @@ class LayerSelector {
   LayerSelector(const Model& model, std::vector<Planned*> plans, int64_t c, std::vector<int64_t> eval_rows,
                 const SelectionParams& params, std::map<int64_t, std::map<int64_t, int64_t>> totals, ThreadPool& pool)
       : model_(model), plans_(std::move(plans)), c_(c), eval_rows_(std::move(eval_rows)), params_(params),
-        totals_(std::move(totals)), pool_(pool) {
+        totals_(std::move(totals)), pool_(pool),
+        inv_freq_(std::make_shared<const std::vector<float>>(rope_inv_freq(model.config, model.weights.rope_freq_factors))) {
     for (const Planned* p : plans_) methods_.push_back(p->method);
     for (const Planned* p : plans_)
       if (std::find(budgets_.begin(), budgets_.end(), p->budget) == budgets_.end()) budgets_.push_back(p->budget);
@@ -87,6 +89,7 @@ class LayerSelector {
     lr.eval_rows = eval_rows_;
     lr.layer = layer;
     lr.n_layer = cf.n_layer;
+    lr.rope_inv_freq = inv_freq_;  // expectedattention undoes the queries' rotation
     for (const auto& [budget, per_layer] : totals_) lr.layer_totals[budget] = per_layer.at(layer);
     const bool snap = std::any_of(methods_.begin(), methods_.end(), [](const MethodSpec& m) { return m.uses_snapkv(); });
     SelectionInputs in = selection_inputs(t, lr, snap, any_of_kind(methods_, Kind::H2O), &pool_);
@@ -108,6 +111,7 @@ class LayerSelector {
   const SelectionParams& params_;
   std::map<int64_t, std::map<int64_t, int64_t>> totals_;
   ThreadPool& pool_;
+  std::shared_ptr<const std::vector<float>> inv_freq_;  // [d_head/2] the model's RoPE frequencies
 };
 
 // Hands each layer's Q/K/V of the context prefill to the selector.

@@ -9,6 +9,7 @@
 
 #include "analysis/defensivekv.h"
 #include "analysis/duoattention.h"
+#include "analysis/headkv.h"
 #include "analysis/pyramidkv.h"
 #include "core/error.h"
 
@@ -18,7 +19,7 @@ namespace {
 
 constexpr const char* kKnownMethods =
     "attn, snapkv, h2o, streaming, file, oracle, defensivekv, layer-defensivekv, pyramidkv, "
-    "duoattention, adakv(BASE), criticalkv(BASE)";
+    "duoattention, expectedattention, headkv, obcache, adakv(BASE), criticalkv(BASE)";
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
@@ -132,6 +133,8 @@ MethodSpec MethodSpec::parse(std::string_view text) {
       fail<UsageError>("--methods: '{}': adakv cannot wrap adakv", s);
     if (base.leaf().kind == Kind::DefensiveKV || base.leaf().kind == Kind::LayerDefensiveKV)
       fail<UsageError>("--methods: '{}': {} has its own stages and allocation", s, base.leaf().name());
+    if (spec.kind == Kind::AdaKV && base.leaf().kind == Kind::HeadKV)
+      fail<UsageError>("--methods: '{}': headkv has its own per-head allocation", s);
     if (base.leaf().kind == Kind::File || base.leaf().kind == Kind::Oracle || base.leaf().kind == Kind::DuoAttention)
       fail<UsageError>("--methods: '{}': {} has no scores to build on", s, base.leaf().name());
     spec.base = std::make_shared<const MethodSpec>(std::move(base));
@@ -147,6 +150,9 @@ MethodSpec MethodSpec::parse(std::string_view text) {
   else if (s == "layer-defensivekv") spec.kind = Kind::LayerDefensiveKV;
   else if (s == "pyramidkv") spec.kind = Kind::PyramidKV;
   else if (s == "duoattention") spec.kind = Kind::DuoAttention;
+  else if (s == "expectedattention") spec.kind = Kind::ExpectedAttention;
+  else if (s == "headkv") spec.kind = Kind::HeadKV;
+  else if (s == "obcache") spec.kind = Kind::OBCache;
   else fail<UsageError>("--methods: unknown method '{}' (known: {})", s, kKnownMethods);
   return spec;
 }
@@ -163,6 +169,9 @@ std::string MethodSpec::name() const {
     case Kind::LayerDefensiveKV: return "layer-defensivekv";
     case Kind::PyramidKV: return "pyramidkv";
     case Kind::DuoAttention: return "duoattention";
+    case Kind::ExpectedAttention: return "expectedattention";
+    case Kind::HeadKV: return "headkv";
+    case Kind::OBCache: return "obcache";
     case Kind::AdaKV: return "adakv(" + base->name() + ")";
     case Kind::CriticalKV: return "criticalkv(" + base->name() + ")";
   }
@@ -207,7 +216,10 @@ int64_t budget_from_fraction(int64_t c, double fraction) {
 }
 
 int64_t recent_tie_start(const MethodSpec& method, int64_t c, const SelectionParams& params) {
-  return method.leaf().kind == MethodSpec::Kind::SnapKV ? std::max<int64_t>(0, c - params.window) : c;
+  const MethodSpec::Kind leaf = method.leaf().kind;
+  return leaf == MethodSpec::Kind::SnapKV || leaf == MethodSpec::Kind::HeadKV || leaf == MethodSpec::Kind::OBCache
+             ? std::max<int64_t>(0, c - params.window)
+             : c;
 }
 
 std::vector<int64_t> top_k(const Eigen::Ref<const Eigen::RowVectorXd>& scores, int64_t k,
@@ -261,9 +273,12 @@ ScoreMatrix leaf_scores(const MethodSpec& leaf, const SelectionInputs& in, int64
   switch (leaf.kind) {
     case Kind::Attn: check_scores(in.attn, in, "attn"); return in.attn;
     case Kind::SnapKV:
+    case Kind::HeadKV:
     case Kind::PyramidKV: check_scores(in.snapkv, in, "snapkv"); return in.snapkv;
     case Kind::H2O: check_scores(in.h2o, in, "h2o"); return in.h2o;
     case Kind::Oracle: check_scores(in.oracle_rank, in, "oracle"); return in.oracle_rank;
+    case Kind::ExpectedAttention: check_scores(in.expected, in, "expectedattention"); return in.expected;
+    case Kind::OBCache: check_scores(in.obcache, in, "obcache"); return in.obcache;
     case Kind::Streaming: {
       // kvpress StreamingLLMPress: zeros on [sinks, sinks + n_pruned), ones elsewhere.
       ScoreMatrix s = ScoreMatrix::Ones(in.n_kv_head, in.c);
@@ -324,6 +339,12 @@ Selection select(const MethodSpec& method, const SelectionInputs& in, int64_t bu
   const bool ada = inner.kind == Kind::AdaKV;
   const int64_t recent = recent_tie_start(method, in.c, params);
   if (ada) budgets = adakv_budgets(scores, budget, params.alpha_safe, recent, safe);
+  if (method.leaf().kind == Kind::HeadKV) {
+    if (!params.headkv_profile) fail<InputError>("headkv needs --headkv-profile");
+    if (in.n_layer <= 0 || in.n_head <= 0) fail<InputError>("selection: headkv needs the layer's depth and heads");
+    budgets = headkv_budgets(headkv_kv_scores(*params.headkv_profile, in.n_layer, in.n_head, h_count), in.layer,
+                             in.c, budget, params);
+  }
   if (critical) check_scores(in.nu, in, "nu");
 
   for (int64_t g = 0; g < h_count; ++g) {

@@ -36,6 +36,8 @@ enum class GqaReduce { Mean, Max };
 // value-norm normalisation, or the evident intent.
 enum class DefensiveShare { BeforeWindow, Window };
 enum class DefensiveNu { AcrossHeads, AcrossPositions };
+// OBCache's saliency (obcache.h): of the joint key-value pair (the seed's), the key or the value.
+enum class ObcacheScore { Joint, Key, Value };
 
 struct SelectionParams {
   int64_t window = 32;  // snapkv observation window (last `window` context queries)
@@ -55,6 +57,16 @@ struct SelectionParams {
   // what a streaming head keeps: the first duo_sink and the last duo_recent entries.
   std::shared_ptr<const std::vector<std::vector<double>>> duo_pattern;
   int64_t duo_sink = 128, duo_recent = 256;
+  // expectedattention (expected_attention.h), kvpress ExpectedAttentionPress's defaults.
+  int64_t ea_future = 512;  // n_future_positions
+  int64_t ea_sinks = 4;     // n_sink
+  bool ea_covariance = true, ea_vnorm = true;
+  double ea_epsilon = 0;
+  // headkv (headkv.h): the head profile [n_layer][n_head or n_kv_head] from
+  // --headkv-profile, the pool's beta and the scores' temperature.
+  std::shared_ptr<const std::vector<std::vector<double>>> headkv_profile;
+  double headkv_beta = 1.2, headkv_temp = 1;
+  ObcacheScore obcache_score = ObcacheScore::Joint;  // --obcache-score
 };
 
 // The largest snapkv pooling kernel accepted: a kernel wider than twice the context pools
@@ -70,9 +82,13 @@ void validate_selection_params(const SelectionParams& params);
 // A method expression: attn, snapkv, h2o, streaming, file, oracle, adakv(X), criticalkv(X),
 // defensivekv, layer-defensivekv (their own stages and allocation: they compose with nothing),
 // pyramidkv (snapkv's scores with a per-layer budget, pyramidkv.h), duoattention (a head
-// pattern from a file, duoattention.h; no scores: composes with nothing).
+// pattern from a file, duoattention.h; no scores: composes with nothing), expectedattention
+// (kvpress ExpectedAttentionPress, expected_attention.h; scores: composes), headkv (snapkv's
+// scores with per-head budgets from a profile, headkv.h; criticalkv(headkv), not adakv),
+// obcache (SnapKV with OBCache's output-aware scores, obcache.h; scores: composes).
 struct MethodSpec {
-  enum class Kind { Attn, SnapKV, H2O, Streaming, File, Oracle, AdaKV, CriticalKV, DefensiveKV, LayerDefensiveKV, PyramidKV, DuoAttention };
+  enum class Kind { Attn, SnapKV, H2O, Streaming, File, Oracle, AdaKV, CriticalKV, DefensiveKV, LayerDefensiveKV, PyramidKV, DuoAttention,
+                    ExpectedAttention, HeadKV, OBCache };
   Kind kind = Kind::Attn;
   std::shared_ptr<const MethodSpec> base;  // set for AdaKV and CriticalKV
 
@@ -84,8 +100,10 @@ struct MethodSpec {
   const MethodSpec& leaf() const { return base ? base->leaf() : *this; }
   // Its per-layer budgets come from all layers' scores (a pre-pass: layer_defensive_totals).
   bool layer_global() const { return leaf().kind == Kind::LayerDefensiveKV; }
-  // Ranks by snapkv's scores (snapkv, pyramidkv).
-  bool uses_snapkv() const { return leaf().kind == Kind::SnapKV || leaf().kind == Kind::PyramidKV; }
+  // Ranks by snapkv's scores (snapkv, pyramidkv, headkv).
+  bool uses_snapkv() const {
+    return leaf().kind == Kind::SnapKV || leaf().kind == Kind::PyramidKV || leaf().kind == Kind::HeadKV;
+  }
 };
 
 struct DefensiveScores;
@@ -108,12 +126,15 @@ using ScoreMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen:
 struct SelectionInputs {
   int64_t c = 0;           // evictable entries
   int64_t n_kv_head = 0;
-  int64_t layer = 0, n_layer = 0;  // pyramidkv's budget depends on the layer's depth
+  int64_t n_head = 0;              // query heads (headkv reduces a query-head profile)
+  int64_t layer = 0, n_layer = 0;  // pyramidkv's and headkv's budgets depend on the layer
   ScoreMatrix attn;        // [n_kv_head, c] mean attention of the evaluation queries
   ScoreMatrix snapkv;      // [n_kv_head, c]
   ScoreMatrix h2o;         // [n_kv_head, c]
   ScoreMatrix nu;          // [n_kv_head, c] group-reduced L1 nu (criticalkv stage 2)
   ScoreMatrix oracle_rank; // [n_kv_head, c] greedy pick order as a score (oracle.h); may be empty
+  ScoreMatrix expected;    // [n_kv_head, c] expectedattention (expected_attention.h); may be empty
+  ScoreMatrix obcache;     // [n_kv_head, c] obcache (obcache.h), the window max + 1; may be empty
   std::vector<std::vector<int64_t>> file_kept;  // [n_kv_head][*] for --selection-file
   std::shared_ptr<const DefensiveScores> defensive;  // defensivekv, layer-defensivekv
   std::map<int64_t, int64_t> layer_totals;  // layer-global methods: budget -> this layer's total
