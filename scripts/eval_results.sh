@@ -40,9 +40,42 @@ for len in $LENGTHS; do
     [ "$SHARDS" = 1 ] || "$CKV" merge -q "$OUT/eval_$len" "${shards[@]}" --force
   fi
   echo "== $len tokens, $COUNT records"
-  python3 - "$OUT/eval_$len.json" <<'EOF'
-import json, sys
+  python3 - "$OUT/eval_$len.json" "$OUT/eval_$len.csv" <<'EOF'
+import csv, json, sys
 j = json.load(open(sys.argv[1]))
+
+
+def ranks(v):
+    order = sorted(range(len(v)), key=lambda i: v[i])
+    r = [0.0] * len(v)
+    i = 0
+    while i < len(v):
+        k = i
+        while k + 1 < len(v) and v[order[k + 1]] == v[order[i]]:
+            k += 1
+        for m in range(i, k + 1):
+            r[order[m]] = (i + k) / 2 + 1
+        i = k + 1
+    return r
+
+
+def spearman(x, y):
+    if len(x) < 3:
+        return None
+    rx, ry = ranks(x), ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    return None if sxx == 0 or syy == 0 else sxy / (sxx * syy) ** 0.5
+
+
+# Within one method and budget: per record, mean L1 against the change of log p(answer).
+pairs = {}
+for r in csv.DictReader(open(sys.argv[2], newline="")):
+    if r["method"] != "full" and r["logp_answer"] and r["logp_answer_full"]:
+        pairs.setdefault((r["method"], float(r["fraction"])), []).append(
+            (float(r["mean_l1"]), float(r["logp_answer"]) - float(r["logp_answer_full"])))
 rows = j["by_method_budget"]
 full = next(r for r in rows if r["method"] == "full")
 budgets = sorted({r["fraction"] for r in rows if r["method"] != "full"})
@@ -56,6 +89,10 @@ for m in methods:
     print(f"| {m} | " + " | ".join(f"{cell[(m, b)]['accuracy']:.2f}" for b in budgets) +
           f" | {'n/a' if rho is None else f'{rho:+.2f}'} |")
 print()
+print("Spearman(mean L1, Δlog p(answer)) over the records, per budget:")
+for m in methods:
+    rhos = [spearman(*zip(*pairs[(m, b)])) if (m, b) in pairs else None for b in budgets]
+    print(f"  {m}: " + ", ".join(f"{100*b:g}% " + ("n/a" if r is None else f"{r:+.2f}") for b, r in zip(budgets, rhos)))
 print("mean L1 at the first decoded token:")
 for m in methods:
     print(f"  {m}: " + ", ".join(f"{100*b:g}% {cell[(m, b)]['mean_l1']:.2f}" for b in budgets))

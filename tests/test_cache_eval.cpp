@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <numeric>
 #include <random>
@@ -20,6 +21,7 @@
 #include "analysis/layer_allocation.h"
 #include "analysis/mask_plan.h"
 #include "analysis/value_norms.h"
+#include "output/eval_schema.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "keeping_recorder.h"
@@ -266,6 +268,22 @@ INSTANTIATE_TEST_SUITE_P(Methods, CacheEvalMethods,
                            for (char ch : p.param) name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
                            return name;
                          });
+
+}  // namespace
+}  // namespace ckv
+
+namespace ckv {
+namespace {
+
+// Spearman's rho with average ranks for ties: scipy.stats.spearmanr's documented example
+// ([1..5] vs [5, 6, 7, 8, 7]: 0.8207826816681233), a perfect inverse order, and the
+// undefined cases.
+TEST(EvalSummary, SpearmanAsScipy) {
+  EXPECT_NEAR(spearman({1, 2, 3, 4, 5}, {5, 6, 7, 8, 7}), 0.8207826816681233, 1e-12);
+  EXPECT_NEAR(spearman({1, 2, 3, 4}, {40, 30, 20, 10}), -1.0, 1e-12);
+  EXPECT_TRUE(std::isnan(spearman({1, 2}, {2, 1})));
+  EXPECT_TRUE(std::isnan(spearman({1, 2, 3}, {4, 4, 4})));
+}
 
 }  // namespace
 }  // namespace ckv

@@ -250,10 +250,15 @@ double spearman(const std::vector<double>& x, const std::vector<double>& y) {
   return sxy / std::sqrt(sxx * syy);
 }
 
+namespace {
+nlohmann::json finite_or_null(double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); }
+}  // namespace
+
 nlohmann::ordered_json eval_summary(const std::vector<EvalRow>& rows) {
   struct Acc {
     int64_t runs = 0, scored = 0, exact = 0, agree = 0, with_logp = 0;
     double score = 0, f1 = 0, kl = 0, l1 = 0, l2 = 0, dlogp = 0, kept = 0;
+    std::vector<double> l1s, dlogps;  // per record: mean L1 and the change of log p(answer)
   };
   // Keys in first-seen order: methods as given, budgets as given.
   std::vector<std::string> methods;
@@ -281,6 +286,8 @@ nlohmann::ordered_json eval_summary(const std::vector<EvalRow>& rows) {
     if (r.logp_answer && r.logp_answer_full) {
       ++a.with_logp;
       a.dlogp += *r.logp_answer - *r.logp_answer_full;
+      a.l1s.push_back(r.mean_l1);
+      a.dlogps.push_back(*r.logp_answer - *r.logp_answer_full);
       if (r.method != "full") {
         pairs[r.method].first.push_back(r.mean_l1);
         pairs[r.method].second.push_back(*r.logp_answer - *r.logp_answer_full);
@@ -305,19 +312,18 @@ nlohmann::ordered_json eval_summary(const std::vector<EvalRow>& rows) {
                        {"mean_l1", mean(a.l1, a.runs)},
                        {"mean_l2", mean(a.l2, a.runs)},
                        {"delta_logp_answer", mean(a.dlogp, a.with_logp)},
+                       {"spearman_l1_vs_delta_logp", finite_or_null(spearman(a.l1s, a.dlogps))},
                        {"kept_entries", mean(a.kept, a.runs)}});
     }
   out["by_method_budget"] = table;
   nlohmann::ordered_json corr = nlohmann::ordered_json::object();
   std::vector<double> all_x, all_y;
   for (const auto& [m, p] : pairs) {
-    const double rho = spearman(p.first, p.second);
-    corr[m] = {{"pairs", p.first.size()}, {"spearman_l1_vs_delta_logp", std::isnan(rho) ? nlohmann::json(nullptr) : nlohmann::json(rho)}};
+    corr[m] = {{"pairs", p.first.size()}, {"spearman_l1_vs_delta_logp", finite_or_null(spearman(p.first, p.second))}};
     all_x.insert(all_x.end(), p.first.begin(), p.first.end());
     all_y.insert(all_y.end(), p.second.begin(), p.second.end());
   }
-  const double rho = spearman(all_x, all_y);
-  corr["all"] = {{"pairs", all_x.size()}, {"spearman_l1_vs_delta_logp", std::isnan(rho) ? nlohmann::json(nullptr) : nlohmann::json(rho)}};
+  corr["all"] = {{"pairs", all_x.size()}, {"spearman_l1_vs_delta_logp", finite_or_null(spearman(all_x, all_y))}};
   out["correlation"] = corr;
   return out;
 }

@@ -85,9 +85,10 @@ std::vector<EvalRow> read_eval_rows(const std::filesystem::path& eval_h5);
 // constant side.
 double spearman(const std::vector<double>& x, const std::vector<double>& y);
 
-// The summary of rows: accuracy (the task's headline score), exact match, F1, KL, mean L1/L2
-// and log p change per method x budget, and per method the Spearman correlation of mean L1
-// with the change in log p(answer) against the full cache over its records x budgets.
+// The summary of rows: accuracy (the task's headline score), exact match, F1, KL, mean L1/L2,
+// log p change and the Spearman correlation of mean L1 with the change in log p(answer)
+// against the full cache over the records, per method x budget; and per method the same
+// correlation over its records x budgets (which the budget dominates).
 nlohmann::ordered_json eval_summary(const std::vector<EvalRow>& rows);
 // The tidy CSV of rows (header included).
 void write_eval_csv(std::ostream& out, const std::vector<EvalRow>& rows);
