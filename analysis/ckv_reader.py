@@ -1,8 +1,8 @@
 """One reader for ckv's HDF5 outputs: dump (docs/DUMP.md), bound and check (docs/BOUND.md),
-mask (docs/MASK.md).
+mask (docs/MASK.md), eval (docs/EVAL.md).
 
 `open_ckv(path)` reads the root attributes `schema` / `schema_version` and returns a
-DumpFile, BoundFile (kind "bound" or "check") or MaskFile; a file of another schema or
+DumpFile, BoundFile (kind "bound" or "check"), MaskFile or EvalFile; a file of another schema or
 version raises SchemaError naming the file, so a figure is never drawn from a layout this
 code does not know. Records without `complete = TRUE` (an interrupted run) are skipped.
 """
@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 
 # schema name -> the version this reader implements
-SUPPORTED = {"ckv.dump": 1, "ckv.bound": 2, "ckv.mask": 1}
+SUPPORTED = {"ckv.dump": 1, "ckv.bound": 2, "ckv.mask": 1, "ckv.eval": 1}
 
 
 class SchemaError(Exception):
@@ -188,6 +188,49 @@ class DumpFile(CkvFile):
         self.h5.close()
 
 
+@dataclass
+class EvalRun:
+    """One decoding of one record: the full cache (method "full", fraction 1) or a method at
+    a budget (lib/io/eval_schema.h lists the attributes)."""
+    method: str
+    fraction: float
+    attrs: dict
+    scores: dict               # the task's scores ({} when the record has no task)
+    tokens: np.ndarray
+
+    @property
+    def score(self) -> float:
+        """The task's headline score (accuracy), NaN when unscored."""
+        return float(self.scores.get("score", float("nan")))
+
+    @property
+    def logp_answer(self) -> float:
+        return float(self.attrs.get("logp_answer", float("nan")))
+
+    @property
+    def mean_l1(self) -> float:
+        return float(self.attrs.get("mean_l1", float("nan")))
+
+
+@dataclass
+class EvalRecord:
+    id: str
+    index: int
+    attrs: dict
+    runs: list                 # [EvalRun]: the full cache first, then methods x budgets
+
+    @property
+    def full(self) -> EvalRun:
+        return self.runs[0]
+
+
+@dataclass
+class EvalFile(CkvFile):
+    methods: list = field(default_factory=list)
+    budgets: list = field(default_factory=list)   # fractions
+    records: list = field(default_factory=list)   # [EvalRecord] in input order
+
+
 def _complete(group) -> bool:
     return bool(group.attrs.get("complete", False))
 
@@ -233,6 +276,26 @@ def _read_mask(f, base: dict) -> MaskFile:
     return out
 
 
+def _read_eval(f, base: dict) -> EvalFile:
+    a = base["attrs"]
+    out = EvalFile(methods=list(a.get("methods", [])), budgets=[float(x) for x in a.get("budgets", [])], **base)
+    for rid, g in f["records"].items():
+        if not _complete(g):
+            continue
+        runs = []
+        for k in sorted(g["runs"].keys(), key=int):
+            rg = g["runs"][k]
+            ra = _attrs(rg)
+            runs.append(EvalRun(method=ra["method"], fraction=float(ra["fraction"]), attrs=ra,
+                                scores=json.loads(ra["scores"]) if ra.get("scores") else {},
+                                tokens=rg["tokens"][()]))
+        out.records.append(EvalRecord(id=rid, index=int(g.attrs["index"]), attrs=_attrs(g), runs=runs))
+    if not out.records:
+        raise SchemaError(base["path"], "no complete record")
+    out.records.sort(key=lambda r: r.index)
+    return out
+
+
 def open_ckv(path):
     """Open any ckv output; dispatch on its schema. Raises SchemaError for other files."""
     path = Path(path)
@@ -258,6 +321,8 @@ def open_ckv(path):
             return _read_bound(f, base)
         if schema == "ckv.mask":
             return _read_mask(f, base)
+        if schema == "ckv.eval":
+            return _read_eval(f, base)
         ids = [k for k, g in f["records"].items() if _complete(g)]
         keep_open = True
         return DumpFile(h5=f, model_attrs=_attrs(f["model"]), record_ids=ids, **base)

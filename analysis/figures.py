@@ -9,7 +9,10 @@ perturbation, ckv mask), reduction-layers (Figure 5: per-layer reduction, isolat
 ckv bound beside propagated from `--mask-pair BASE.h5 CRIT.h5`, `ckv mask --method X` and
 `--method criticalkv(X)` at one budget), attention (one layer/head over positions from a
 ckv dump with --what attn, spans shaded; --layer --head --row, --mask for raw vs
-corrected). The mask and dump figures live in analysis/figures_mask.py. Every function
+corrected), eval-accuracy (accuracy against budget per method, the paper's Figure 2 layout,
+ckv eval), eval-logp (log p(answer) change against mean L1 with Spearman's rho, ckv eval).
+The mask and dump figures live in analysis/figures_mask.py, the eval ones in
+analysis/figures_eval.py. Every function
 returns a Figure with the arrays it drew, so tests compare the drawn numbers with the HDF5
 file; PNG and PDF are written to DIR.
 """
@@ -23,12 +26,13 @@ import numpy as np
 from matplotlib.colors import SymLogNorm, TwoSlopeNorm
 
 from .ckv_reader import BoundFile, SchemaError, open_ckv
+from .figures_eval import accuracy_vs_budget, logp_vs_l1
 from .figures_mask import (attention, layer_reduction, most_evicted_head, propagated,
                            reduction_per_layer)
 from .plotting import Figure, _header, _save, _slug
 
-__all__ = ["FIGURES", "Figure", "assumption_heatmap", "attention", "kept_heatmap",
-           "layer_reduction", "main", "most_evicted_head", "propagated", "reduction_heatmap",
+__all__ = ["FIGURES", "Figure", "accuracy_vs_budget", "assumption_heatmap", "attention", "kept_heatmap",
+           "layer_reduction", "logp_vs_l1", "main", "most_evicted_head", "propagated", "reduction_heatmap",
            "reduction_per_layer", "reduction_vs_budget", "tightness", "tightness_per_layer"]
 
 
@@ -267,6 +271,8 @@ FIGURES = {
     "propagated": (propagated, "mask"),
     "reduction-layers": (reduction_per_layer, "bound + --mask-pair"),
     "attention": (attention, "dump"),
+    "eval-accuracy": (accuracy_vs_budget, "eval"),
+    "eval-logp": (logp_vs_l1, "eval"),
 }
 
 

@@ -1,7 +1,7 @@
 """One self-contained Markdown report from ckv outputs, figures beside it:
 
     /usr/bin/python3 -m analysis.report [--bound bound.h5] [--check check.h5] [--mask mask.h5]
-        [--dump dump.h5 [--attn LAYER,HEAD]] [--mask-pair BASE.h5 CRIT.h5] -o DIR
+        [--dump dump.h5 [--attn LAYER,HEAD]] [--mask-pair BASE.h5 CRIT.h5] [--eval eval.h5] -o DIR
 
 writes DIR/report.md and DIR/figures/*.png|pdf. Every figure and table is captioned with
 the ckv command that produced its data (the file's provenance `command_line`), the model
@@ -16,6 +16,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from . import figures as F
+from . import figures_eval as FE
 from . import tables as T
 from .ckv_reader import SchemaError, open_ckv
 
@@ -39,20 +40,41 @@ def _figure(fig: F.Figure, out_dir: Path, lines: list):
     plt.close(fig.fig)
 
 
+def _eval_section(f, out_dir: Path, fig_dir: Path, lines: list):
+    """`ckv eval`: accuracy per method x budget (table and Figure 2's layout), and the change
+    of log p(answer) against mean L1 with Spearman's rho per method."""
+    lines += ["## Answers under eviction (`ckv eval`)", "", _provenance(f)]
+    acc = FE.accuracy_table(f)
+    pairs = FE.delta_logp_pairs(f)
+    head = "| method | " + " | ".join(f"{100 * b:g}%" for b in f.budgets) + " | ρ(L1, Δ log p) | pairs |"
+    lines += [f"Accuracy (the task's score, mean over {len(f.records)} records; full cache "
+              f"{acc['full']:.3f}) per method and budget, and Spearman's ρ between a run's mean L1 "
+              "and its change of log p(answer) against the full cache:", "",
+              head, "|---|" + "---:|" * (len(f.budgets) + 2)]
+    for m in f.methods:
+        rho = FE.spearman(*pairs[m])
+        lines.append(f"| {m} | " + " | ".join(f"{a:.3f}" for a in acc[m])
+                     + f" | {rho:.3f} | {pairs[m][0].size} |")
+    lines.append("")
+    _figure(FE.accuracy_vs_budget(f, fig_dir), out_dir, lines)
+    _figure(FE.logp_vs_l1(f, fig_dir), out_dir, lines)
+
+
 def write_report(out_dir, bound=None, check=None, mask=None, dump=None, attn=None,
-                 mask_pair=None) -> Path:
+                 mask_pair=None, eval_file=None) -> Path:
     """Write out_dir/report.md; returns its path. Inputs are paths (any may be None);
     attn = (layer, head) for the dump's attention figure (default: middle layer, head 0);
     mask_pair = (base, crit): `ckv mask --method X` and `--method criticalkv(X)` at one
-    budget on the bound's prompts, for Figure 5 (needs bound)."""
+    budget on the bound's prompts, for Figure 5 (needs bound); eval_file: a `ckv eval`
+    output (accuracy against budget, log p change against L1)."""
     out_dir = Path(out_dir)
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     lines = ["# CriticalKV analysis report", ""]
     files = [(k, open_ckv(p)) for k, p in (("bound", bound), ("check", check), ("mask", mask),
-                                           ("dump", dump)) if p]
+                                           ("dump", dump), ("eval", eval_file)) if p]
     if not files:
-        raise ValueError("no input: give --bound, --check, --mask and/or --dump")
+        raise ValueError("no input: give --bound, --check, --mask, --dump and/or --eval")
     if mask_pair and not bound:
         raise ValueError("--mask-pair (Figure 5) needs --bound of the same prompts")
     mask_file = next((f for k, f in files if k == "mask"), None)
@@ -112,6 +134,8 @@ def write_report(out_dir, bound=None, check=None, mask=None, dump=None, attn=Non
                 fig = F.attention(f, fig_dir, *default)
             _figure(fig, out_dir, lines)
             f.close()
+        elif kind == "eval":
+            _eval_section(f, out_dir, fig_dir, lines)
     if mask_pair:
         base_m, crit_m = (open_ckv(p) for p in mask_pair)
         lines += ["## Per-layer reduction, isolated and propagated (Figure 5)", "",
@@ -146,11 +170,12 @@ def main(argv=None) -> int:
     p.add_argument("--mask-pair", nargs=2, metavar=("BASE", "CRIT"),
                    help="ckv mask --method X and --method criticalkv(X) at one --budget, of the "
                         "--bound prompts (Figure 5)")
+    p.add_argument("--eval", help="a ckv eval output (answers under eviction)")
     p.add_argument("-o", "--out-dir", default="report")
     a = p.parse_args(argv)
     try:
         attn = tuple(int(x) for x in a.attn.split(",")) if a.attn else None
-        path = write_report(a.out_dir, a.bound, a.check, a.mask, a.dump, attn, a.mask_pair)
+        path = write_report(a.out_dir, a.bound, a.check, a.mask, a.dump, attn, a.mask_pair, a.eval)
     except (SchemaError, KeyError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
