@@ -24,8 +24,8 @@
 
 #include "analysis/cache_eval.h"
 #include "core/thread_pool.h"
+#include "data/records.h"
 #include "io/h5.h"
-#include "io/records.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
