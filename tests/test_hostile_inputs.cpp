@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -492,6 +493,109 @@ namespace {
 
 // A dataset whose dimensions multiply past int64 (chunked, nothing allocated): opening it is
 // a FormatError naming the file and the dataset, not an overflow further on.
+// ---- fuzzing: damaged heap references of string attributes ---------------------------
+// fuzz_h5_info/merge/bound_dump crashed inside libhdf5 1.10.8 (H5HG_read) on files whose
+// variable-length string attributes point at heap objects that do not exist or do not
+// fit; a zero-sized free-space object made HDF5's heap parser loop forever. Each damage
+// below is one of those, made in a valid file; io/h5_heap.cpp refuses them before HDF5
+// follows the reference.
+
+// A file whose root holds one string attribute `schema` of `length` characters (its only
+// variable-length value, so the file's one heap collection holds it as object 1), and the
+// offsets of that collection and of the attribute's stored reference.
+struct HeapFile {
+  fs::path path;
+  std::string bytes;
+  size_t collection = 0;  // "GCOL"
+  size_t reference = 0;   // [length u32][collection address u64][index u32]
+};
+
+HeapFile heap_file(const fs::path& dir, const std::string& name, size_t length) {
+  HeapFile h;
+  h.path = dir / name;
+  {
+    h5::File f = h5::File::create(h.path);
+    f.set_attr_string("schema", std::string(length, 'x'));
+    f.close();
+  }
+  std::ifstream in(h.path, std::ios::binary);
+  h.bytes.assign(std::istreambuf_iterator<char>(in), {});
+  h.collection = h.bytes.find("GCOL");
+  EXPECT_NE(h.collection, std::string::npos);
+  EXPECT_EQ(h.bytes.find("GCOL", h.collection + 1), std::string::npos) << "one collection";
+  std::string reference(16, '\0');
+  const uint32_t len = static_cast<uint32_t>(length), index = 1;
+  const uint64_t addr = h.collection;
+  std::memcpy(reference.data(), &len, 4);
+  std::memcpy(reference.data() + 4, &addr, 8);
+  std::memcpy(reference.data() + 12, &index, 4);
+  h.reference = h.bytes.find(reference);
+  EXPECT_NE(h.reference, std::string::npos) << "the stored reference";
+  return h;
+}
+
+template <typename T>
+void patch(HeapFile& h, size_t offset, T value) {
+  std::memcpy(h.bytes.data() + offset, &value, sizeof value);
+  std::ofstream(h.path, std::ios::binary | std::ios::trunc) << h.bytes;
+}
+
+void expect_damaged_string(const HeapFile& h, const std::string& needle) {
+  const h5::File f = h5::File::open_read(h.path);
+  try {
+    (void)f.attr_string("schema");
+    ADD_FAILURE() << "read " << h.path;
+  } catch (const FormatError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(h.path.string() + ":/ attribute schema: damaged variable-length value"), std::string::npos) << m;
+    EXPECT_NE(m.find(needle), std::string::npos) << m;
+  }
+}
+
+TEST(HostileHeap, DamagedStringReferencesAreRefusedBeforeHdf5FollowsThem) {
+  const fs::path dir = scratch_dir("hostile_heap");
+  // Index past the collection's object table (H5HG_read read heap->obj[60000]).
+  HeapFile index = heap_file(dir, "index.h5", 20);
+  patch<uint32_t>(index, index.reference + 12, 60000);
+  expect_damaged_string(index, "heap object 60000");
+  // Index 0, the free space (copied into a 20-byte buffer with its own, larger size).
+  HeapFile free_space = heap_file(dir, "free.h5", 20);
+  patch<uint32_t>(free_space, free_space.reference + 12, 0);
+  expect_damaged_string(free_space, "heap object 0");
+  // A stored length shorter than the object: 10000 bytes copied into a 4 KiB buffer.
+  HeapFile length = heap_file(dir, "length.h5", 10000);
+  patch<uint32_t>(length, length.reference, 1);
+  expect_damaged_string(length, "claims 1 bytes, its heap object 1");
+  // The object's size in the collection (after index, refcount, reserved) runs past it.
+  HeapFile size = heap_file(dir, "size.h5", 20);
+  patch<uint64_t>(size, size.collection + 16 + 8, uint64_t{1} << 40);
+  expect_damaged_string(size, "claims 1099511627776 bytes");
+  // The collection's free-space object (the one after object 1) made zero-sized: HDF5's
+  // parser never advanced.
+  HeapFile hang = heap_file(dir, "hang.h5", 20);
+  patch<uint64_t>(hang, hang.collection + 16 + 16 + 24 + 8, 0);
+  expect_damaged_string(hang, "heap object 0");
+  // The collection address past the end of the file.
+  HeapFile addr = heap_file(dir, "addr.h5", 20);
+  patch<uint64_t>(addr, addr.reference + 4, uint64_t{1} << 50);
+  expect_damaged_string(addr, "past the end of the file");
+  // ckv info: one line, exit 1.
+  expect_one_error_line(run_ckv("info " + index.path.string()), 1, "attribute schema: damaged variable-length value");
+  // Undamaged: the same file reads, and so do empty strings and string arrays.
+  HeapFile good = heap_file(dir, "good.h5", 20);
+  {
+    h5::File f = h5::File::open_rw(good.path);
+    f.set_attr_strings("list", {"a", "", std::string(5000, 'y'), "z"});
+    f.set_attr_string("empty", "");
+    EXPECT_EQ(f.attr_strings("list"), (std::vector<std::string>{"a", "", std::string(5000, 'y'), "z"}));
+    f.close();
+  }
+  const h5::File f = h5::File::open_read(good.path);
+  EXPECT_EQ(f.attr_string("schema"), std::string(20, 'x'));
+  EXPECT_EQ(f.attr_string("empty"), "");
+  EXPECT_EQ(f.attr_strings("list"), (std::vector<std::string>{"a", "", std::string(5000, 'y'), "z"}));
+}
+
 TEST(HostileModels, HdfShapeOverflowNamesTheFile) {
   const fs::path dir = scratch_dir("hostile");
   const fs::path path = dir / "huge.h5";

@@ -19,6 +19,7 @@
 #include "io/bound_schema.h"
 #include "io/dump_schema.h"
 #include "io/h5.h"
+#include "io/h5_heap.h"
 #include "io/mask_schema.h"
 #include "io/records.h"
 #include "io/validate.h"
@@ -65,6 +66,13 @@ void copy_attrs(const h5::Object& src, h5::Object& dst) {
     const size_t element = H5Tget_size(mtype.id());
     if (n < 0 || element == 0 || static_cast<double>(n) * static_cast<double>(element) > kMaxAttrBytes)
       fail<FormatError>("{}: attribute \"{}\" claims {} elements of {} bytes: damaged", src.where(), name, n, element);
+    // Variable-length values only at the top level, where their heap references are checked.
+    const H5T_class_t cls = H5Tget_class(ftype.id());
+    if ((cls == H5T_COMPOUND || cls == H5T_ARRAY) &&
+        (H5Tdetect_class(ftype.id(), H5T_VLEN) != 0 || H5Tdetect_class(ftype.id(), H5T_STRING) != 0))
+      fail<FormatError>("{}: attribute \"{}\" nests strings or variable-length data in a {}, which ckv does not write",
+                        src.where(), name, cls == H5T_COMPOUND ? "compound" : "array");
+    h5::check_vlen_attr(a.id(), src.where() + " attribute " + name);
     std::vector<char> buffer(static_cast<size_t>(std::max<hssize_t>(n, 1)) * element);
     if (H5Aread(a.id(), mtype.id(), buffer.data()) < 0)
       fail<FormatError>("{}: cannot read attribute \"{}\"", src.where(), name);
