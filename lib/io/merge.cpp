@@ -332,10 +332,20 @@ MergeReport merge_shards(const fs::path& out, const std::vector<fs::path>& paths
   h5::File dst = h5::File::create(output.partial_path());
   try {
     write_merged(dst, shards, holders, options, report);
-  } catch (...) {
+  } catch (const IoError&) {
     // A failed write (a full disk) leaves HDF5 unable to flush: release the file without
     // writing again (h5::File::abandon); `output` removes the partial file.
     dst.abandon();
+    throw;
+  } catch (...) {
+    // A shard found damaged while copying (writes so far succeeded): close the output as
+    // usual, so HDF5 frees it (an abandoned file's memory is kept until exit); `output`
+    // removes it.
+    try {
+      dst.close();
+    } catch (const Error&) {
+      dst.abandon();
+    }
     throw;
   }
   if (options.before_commit) options.before_commit(output.partial_path());
