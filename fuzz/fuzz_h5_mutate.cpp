@@ -371,12 +371,14 @@ void perturb_attr(FuzzedDataProvider& in, hid_t obj, const std::string& name) {
   H5Aclose(a);
   if (read) {
     int64_t& x = v[in.ConsumeIntegralInRange<size_t>(0, v.size() - 1)];
+    // Wrapping arithmetic (in uint64_t): the edit itself must not be undefined behaviour.
+    const uint64_t u = static_cast<uint64_t>(x);
     switch (in.ConsumeIntegralInRange(0, 5)) {
-      case 0: x += 1; break;
-      case 1: x -= 1; break;
-      case 2: x *= 2; break;
-      case 3: x = -x; break;
-      case 4: x += in.ConsumeIntegralInRange<int64_t>(-64, 64); break;
+      case 0: x = static_cast<int64_t>(u + 1); break;
+      case 1: x = static_cast<int64_t>(u - 1); break;
+      case 2: x = static_cast<int64_t>(u * 2); break;
+      case 3: x = static_cast<int64_t>(0 - u); break;
+      case 4: x = static_cast<int64_t>(u + static_cast<uint64_t>(in.ConsumeIntegralInRange<int64_t>(-64, 64))); break;
       default: x = interesting_int(in); break;
     }
     H5Adelete(obj, name.c_str());
