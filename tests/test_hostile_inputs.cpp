@@ -625,6 +625,22 @@ TEST(HostileHeap, MergeRefusesADamagedRecordAttribute) {
     EXPECT_EQ(e.path().filename().string().find("m.h5"), std::string::npos) << e.path();
 }
 
+// fuzz_h5_info: `ckv info --json` threw nlohmann's type_error (an internal error, exit 3)
+// on a string attribute holding invalid UTF-8; such bytes print as U+FFFD.
+TEST(HostileHeap, InfoPrintsInvalidUtf8AsReplacementCharacters) {
+  const fs::path dir = scratch_dir("hostile_utf8");
+  const fs::path dump = dir / "d.h5";
+  ASSERT_EQ(run_ckv("-q dump --model " + kTiny + " --tokens " + tokens_file(dir, 12) + " --what q -o " + dump.string()).exit_code, 0);
+  h5::File::open_rw(dump).set_attr_string("hostname", "a\xff\xfe" "b");
+  for (const std::string flag : {"", "--json "}) {
+    const RunResult r = run_ckv("info " + flag + dump.string());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    if (!flag.empty()) {
+      EXPECT_NE(r.output.find("a\xEF\xBF\xBD\xEF\xBF\xBD" "b"), std::string::npos) << r.output;
+    }
+  }
+}
+
 TEST(HostileModels, HdfShapeOverflowNamesTheFile) {
   const fs::path dir = scratch_dir("hostile");
   const fs::path path = dir / "huge.h5";
