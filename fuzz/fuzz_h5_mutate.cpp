@@ -6,7 +6,10 @@
 // a list of edits; the template is edited in memory (HDF5's core driver on a file image,
 // no disk I/O), and the resulting image is then read by `ckv info`, `ckv merge` (with the
 // template's other shard when it has one: NAME-shard0.h5 / NAME-shard1.h5) and, for dumps
-// of the tiny model (names starting "tiny-dump"), `ckv bound --dump`.
+// of the tiny model (names starting "tiny-dump"), `ckv bound --dump`. Edits of existing
+// attributes go to a record's attributes two times in three (its sizes, spans, context:
+// what bound --dump and merge check against the datasets), and change integers and
+// strings near their values.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <hdf5.h>
 
@@ -78,6 +81,7 @@ struct Layout {
   std::vector<std::string> datasets;  // "/records/0/layers/0/q", ...
   std::vector<std::string> attr_names;
   std::vector<std::pair<std::string, std::string>> attrs;  // (object, attribute) as found
+  std::vector<std::pair<std::string, std::string>> record_attrs;  // those under /records
 };
 
 herr_t visit(hid_t obj, const char* name, const H5O_info_t* info, void* data) {
@@ -92,6 +96,7 @@ herr_t visit(hid_t obj, const char* name, const H5O_info_t* info, void* data) {
     if (H5Aget_name_by_idx(o, ".", H5_INDEX_NAME, H5_ITER_NATIVE, i, attr, sizeof attr, H5P_DEFAULT) > 0) {
       layout->attr_names.push_back(attr);
       layout->attrs.emplace_back(path, attr);
+      if (path.starts_with("/records/")) layout->record_attrs.emplace_back(path, attr);
     }
   }
   H5Oclose(o);
@@ -300,13 +305,65 @@ void poke_values(FuzzedDataProvider& in, hid_t file, const std::string& path) {
   H5Dclose(ds);
 }
 
+// Edits a scalar variable-length string attribute (ids, JSON settings and spans, contexts)
+// near its value: a character changed, inserted or removed, the text cut, or a number in
+// it replaced. Returns false when the attribute is not one.
+bool perturb_string_attr(FuzzedDataProvider& in, hid_t obj, const std::string& name, hid_t a, hid_t type,
+                         hid_t space) {
+  if (H5Tis_variable_str(type) <= 0 || H5Sget_simple_extent_type(space) != H5S_SCALAR) return false;
+  const hid_t mem = H5Tcopy(H5T_C_S1);
+  H5Tset_size(mem, H5T_VARIABLE);
+  H5Tset_cset(mem, H5T_CSET_UTF8);
+  char* p = nullptr;
+  const bool read = H5Aread(a, mem, &p) >= 0;
+  std::string s = read && p != nullptr ? p : "";
+  if (read) H5free_memory(p);
+  if (!read) {
+    H5Tclose(mem);
+    return false;
+  }
+  const size_t at = s.empty() ? 0 : in.ConsumeIntegralInRange<size_t>(0, s.size() - 1);
+  switch (in.ConsumeIntegralInRange(0, 4)) {
+    case 0: if (!s.empty()) s[at] = static_cast<char>(in.ConsumeIntegral<uint8_t>()); break;
+    case 1: s.insert(at, 1, pick(in, std::vector<char>{'0', '9', '-', ',', '[', ']', '{', '"', '\\', ' '})); break;
+    case 2: if (!s.empty()) s.erase(at, 1); break;
+    case 3: s.resize(at); break;
+    default: {  // the number starting at or after `at` replaced
+      const size_t begin = s.find_first_of("-0123456789", at);
+      if (begin == std::string::npos) break;
+      const size_t end = s.find_first_not_of("0123456789", begin + 1);
+      s.replace(begin, end == std::string::npos ? std::string::npos : end - begin,
+                std::to_string(interesting_int(in)));
+      break;
+    }
+  }
+  H5Adelete(obj, name.c_str());
+  const hid_t b = H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
+  if (b >= 0) {
+    const char* q = s.c_str();
+    H5Awrite(b, mem, &q);
+    H5Aclose(b);
+  }
+  H5Tclose(mem);
+  return true;
+}
+
 // Changes one element of an existing integer attribute near its value (record sizes such
-// as n_tokens and context_end, layer and head lists, shard numbers), keeping its type.
-// Other attributes get a new value of any type.
+// as n_tokens and context_end, layer and head lists, shard numbers), or a string attribute
+// near its text (perturb_string_attr), keeping its type. Other attributes get a new value
+// of any type.
 void perturb_attr(FuzzedDataProvider& in, hid_t obj, const std::string& name) {
   const hid_t a = H5Aopen(obj, name.c_str(), H5P_DEFAULT);
   if (a < 0) return;
   const hid_t type = H5Aget_type(a), space = H5Aget_space(a);
+  if (H5Tget_class(type) == H5T_STRING && in.ConsumeBool()) {
+    const bool done = perturb_string_attr(in, obj, name, a, type, space);
+    H5Aclose(a);
+    H5Tclose(type);
+    H5Sclose(space);
+    if (!done) write_attr(in, obj, name);
+    return;
+  }
   const hssize_t n = H5Sget_simple_extent_npoints(space);
   const bool integer = H5Tget_class(type) == H5T_INTEGER && n > 0 && n <= 4096;
   std::vector<int64_t> v(integer ? static_cast<size_t>(n) : 0);
@@ -314,12 +371,14 @@ void perturb_attr(FuzzedDataProvider& in, hid_t obj, const std::string& name) {
   H5Aclose(a);
   if (read) {
     int64_t& x = v[in.ConsumeIntegralInRange<size_t>(0, v.size() - 1)];
+    // Wrapping arithmetic (in uint64_t): the edit itself must not be undefined behaviour.
+    const uint64_t u = static_cast<uint64_t>(x);
     switch (in.ConsumeIntegralInRange(0, 5)) {
-      case 0: x += 1; break;
-      case 1: x -= 1; break;
-      case 2: x *= 2; break;
-      case 3: x = -x; break;
-      case 4: x += in.ConsumeIntegralInRange<int64_t>(-64, 64); break;
+      case 0: x = static_cast<int64_t>(u + 1); break;
+      case 1: x = static_cast<int64_t>(u - 1); break;
+      case 2: x = static_cast<int64_t>(u * 2); break;
+      case 3: x = static_cast<int64_t>(0 - u); break;
+      case 4: x = static_cast<int64_t>(u + static_cast<uint64_t>(in.ConsumeIntegralInRange<int64_t>(-64, 64))); break;
       default: x = interesting_int(in); break;
     }
     H5Adelete(obj, name.c_str());
@@ -347,9 +406,11 @@ void mutate(FuzzedDataProvider& in, hid_t file, const Layout& l) {
     switch (in.ConsumeIntegralInRange(0, 11)) {
       case 9:
       case 10:
-      case 11: {  // change an existing attribute (the edit most likely to pass the schema checks)
-        if (l.attrs.empty()) break;
-        const auto& [path, name] = pick(in, l.attrs);
+      case 11: {  // change an existing attribute (the edit most likely to pass the schema checks),
+                   // in two of three edits one of a record's (its sizes, spans, context)
+        const auto& pool = !l.record_attrs.empty() && in.ConsumeIntegralInRange(0, 2) > 0 ? l.record_attrs : l.attrs;
+        if (pool.empty()) break;
+        const auto& [path, name] = pick(in, pool);
         const hid_t o = H5Oopen(file, path.c_str(), H5P_DEFAULT);
         if (o < 0) break;
         perturb_attr(in, o, name);

@@ -83,13 +83,14 @@ inline void silence_stdout() {
 }
 
 // Every HDF5 object a command opened must be closed when it returns, failed or not: a
-// leaked file handle would keep the file open into the next input. Reported once.
+// leaked file handle would keep the file open into the next input. A finding (abort): the
+// HDF5 targets suppress leaks inside libhdf5 (scripts/fuzz.sh), so this is how a handle
+// ckv forgets shows.
 inline void check_no_open_h5_objects(const char* after) {
   const ssize_t open = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
-  static bool reported = false;
-  if (open > 0 && !reported) {
-    reported = true;
+  if (open > 0) {
     std::fprintf(stderr, "ckv fuzz: %zd HDF5 objects still open after %s\n", open, after);
+    std::abort();
   }
 }
 

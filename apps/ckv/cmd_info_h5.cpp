@@ -120,17 +120,17 @@ void info_output(const std::string& path, const h5::File& f, const OutputSummary
     kinds[kind] = {{"datasets", s.datasets}, {"bytes", s.bytes}, {"raw_bytes", s.raw_bytes}};
   j["size_per_kind"] = kinds;
   if (json) {
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));  // text from the file may be invalid UTF-8
     return;
   }
   const std::string what = summary.schema == "ckv.mask" ? "mask" : summary.kind;
   fmt::print("{:<13} {} ({}, schema {} version {})\n", what, path, human(j["size_bytes"].get<int64_t>()),
              summary.schema, j["schema_version"].get<int64_t>());
   for (const auto& [key, value] : prov.items())
-    fmt::print("{:<13} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump());
+    fmt::print("{:<13} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   for (const char* key : {"methods", "alphas"})
     if (j.contains(key)) fmt::print("{:<13} {}\n", key, fmt::join(j[key].get<std::vector<std::string>>(), ", "));
-  fmt::print("{:<13} {}\n", "settings", j["settings"].dump());
+  fmt::print("{:<13} {}\n", "settings", j["settings"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   if (j.contains("resumed")) fmt::print("{:<13} {} time(s)\n", "resumed", j["resumed"].size());
   if (j.contains("merged_from")) fmt::print("{:<13} {} shard file(s)\n", "merged from", j["merged_from"].size());
   fmt::print("records       {} ({} complete{})\n", summary.records, summary.complete,
@@ -204,14 +204,14 @@ void info_dump(const std::string& path, bool json) {
     kinds[kind] = {{"datasets", s.datasets}, {"bytes", s.bytes}, {"raw_bytes", s.raw_bytes}};
   j["size_per_kind"] = kinds;
   if (json) {
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));  // text from the file may be invalid UTF-8
     return;
   }
 
   fmt::print("dump          {} ({}, schema {})\n", path, human(j["size_bytes"].get<int64_t>()),
              j["schema_version"].get<int64_t>());
   for (const auto& [key, value] : prov.items())
-    fmt::print("{:<13} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump());
+    fmt::print("{:<13} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   if (j.contains("resumed")) fmt::print("{:<13} {} time(s)\n", "resumed", j["resumed"].size());
   const auto& mj = j["model"];
   fmt::print("model         {}: {} layers, {} heads / {} KV, d_head {}, d_model {}, vocab {}\n",
@@ -220,7 +220,8 @@ void info_dump(const std::string& path, bool json) {
              mj["vocab"].get<int64_t>());
   const auto& st = j["settings"];
   fmt::print("recorded      {}; {} layers; heads {}; attn rows {} (window {}); compression {}\n",
-             st["what"].dump(), st["layers"].size(), st["heads"].dump(), st["attn_rows"].get<std::string>(),
+             st["what"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), st["layers"].size(),
+             st["heads"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), st["attn_rows"].get<std::string>(),
              st["window"].get<int64_t>(), st["compression"].get<int64_t>());
   fmt::print("records       {} ({} complete{}), tokens min {} / median {} / max {}\n", ids.size(),
              ids.size() - incomplete.size(),

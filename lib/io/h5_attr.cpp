@@ -5,6 +5,7 @@
 
 #include "io/h5.h"
 #include "io/h5_detail.h"
+#include "io/h5_heap.h"
 
 namespace ckv::h5 {
 
@@ -98,6 +99,7 @@ std::vector<std::string> read_strings(const OpenAttr& a) {
   out.reserve(a.count);
   if (a.count == 0) return out;
   if (H5Tis_variable_str(a.type.id()) > 0) {
+    check_vlen_attr(a.attr.id(), a.where);
     const Handle memory = string_type(a.where);
     std::vector<char*> pointers(a.count, nullptr);
     check<FormatError>(H5Aread(a.attr.id(), memory.id(), pointers.data()), a.where, "cannot read");

@@ -13,14 +13,15 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "output/provenance.h"
 #include "core/sha256.h"
+#include "data/records.h"
+#include "io/h5.h"
+#include "io/h5_heap.h"
 #include "output/batch_output.h"
 #include "output/bound_schema.h"
 #include "output/dump_schema.h"
-#include "io/h5.h"
 #include "output/mask_schema.h"
-#include "data/records.h"
+#include "output/provenance.h"
 #include "output/validate.h"
 
 namespace ckv {
@@ -65,6 +66,28 @@ void copy_attrs(const h5::Object& src, h5::Object& dst) {
     const size_t element = H5Tget_size(mtype.id());
     if (n < 0 || element == 0 || static_cast<double>(n) * static_cast<double>(element) > kMaxAttrBytes)
       fail<FormatError>("{}: attribute \"{}\" claims {} elements of {} bytes: damaged", src.where(), name, n, element);
+    // Variable-length values only at the top level, where their heap references are checked.
+    const H5T_class_t cls = H5Tget_class(ftype.id());
+    if ((cls == H5T_COMPOUND || cls == H5T_ARRAY) &&
+        (H5Tdetect_class(ftype.id(), H5T_VLEN) != 0 || H5Tdetect_class(ftype.id(), H5T_STRING) != 0))
+      fail<FormatError>("{}: attribute \"{}\" nests strings or variable-length data in a {}, which ckv does not write",
+                        src.where(), name, cls == H5T_COMPOUND ? "compound" : "array");
+    if (H5Tis_variable_str(ftype.id()) > 0) {
+      // Strings go through ckv's reader (which checks their heap references) and writer, in
+      // ckv's own string type: converting the shard's type straight back (as below) let a
+      // damaged one overflow HDF5's buffers in the write (fuzz_h5_merge, H5HG_insert).
+      const H5S_class_t shape = H5Sget_simple_extent_type(space.id());
+      if (dst.has_attr(name)) dst.remove_attr(name);
+      if (shape == H5S_SCALAR) {
+        dst.set_attr_string(name, src.attr_string(name));
+      } else if (shape == H5S_SIMPLE && H5Sget_simple_extent_ndims(space.id()) == 1) {
+        dst.set_attr_strings(name, src.attr_strings(name));
+      } else {
+        fail<FormatError>("{}: attribute \"{}\" holds strings in a shape ckv does not write", src.where(), name);
+      }
+      continue;
+    }
+    h5::check_vlen_attr(a.id(), src.where() + " attribute " + name);
     std::vector<char> buffer(static_cast<size_t>(std::max<hssize_t>(n, 1)) * element);
     if (H5Aread(a.id(), mtype.id(), buffer.data()) < 0)
       fail<FormatError>("{}: cannot read attribute \"{}\"", src.where(), name);
@@ -324,10 +347,20 @@ MergeReport merge_shards(const fs::path& out, const std::vector<fs::path>& paths
   h5::File dst = h5::File::create(output.partial_path());
   try {
     write_merged(dst, shards, holders, options, report);
-  } catch (...) {
+  } catch (const IoError&) {
     // A failed write (a full disk) leaves HDF5 unable to flush: release the file without
     // writing again (h5::File::abandon); `output` removes the partial file.
     dst.abandon();
+    throw;
+  } catch (...) {
+    // A shard found damaged while copying (writes so far succeeded): close the output as
+    // usual, so HDF5 frees it (an abandoned file's memory is kept until exit); `output`
+    // removes it.
+    try {
+      dst.close();
+    } catch (const Error&) {
+      dst.abandon();
+    }
     throw;
   }
   if (options.before_commit) options.before_commit(output.partial_path());
