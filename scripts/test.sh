@@ -3,7 +3,7 @@
 # the Python tests that need only Debian's h5py/numpy/matplotlib. In CI (CI=true, as CI
 # services set it; .ci/run calls this script) the C++ tests then run once more, built with
 # ASan + UBSan (scripts/sanitize.sh, in build-asan): on CI's 2 cores without ccache about
-# 10 minutes to build and 6 to test, on top of the ~5 minutes of the normal run.
+# 10-12 minutes to build and 6-8 to test, on top of the ~5 minutes of the normal run.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${CKV_BUILD_DIR:-$root/build}
