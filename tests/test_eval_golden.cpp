@@ -38,8 +38,13 @@ const fs::path kGolden = fs::path(CKV_TEST_DATA_DIR) / "kvpress/eval_v1.h5";
 const fs::path kModel = fs::path(CKV_SOURCE_DIR) / "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 // The records CI checks: two of each haystack (records 0-6 noise 512 tokens, 7-13 gpl2 640,
-// 14-20 apache 768).
+// 14-20 apache 768); two (noise and apache) under AddressSanitizer (scripts/sanitize.sh), whose -O1
+// forward pass is about ten times slower and would pass the test's 600 s limit.
+#if defined(__SANITIZE_ADDRESS__)
+const std::set<int64_t> kSubset{0, 14};
+#else
 const std::set<int64_t> kSubset{0, 4, 7, 11, 14, 18};
+#endif
 
 const Model& default_model() {
   static const Model model = load_model(kModel);
