@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "keeping_recorder.h"
+#include "logits_util.h"
 #include "model/model.h"
 
 namespace ckv {
@@ -47,24 +48,8 @@ bool model_present(const std::string& name) {
   return name != "default" || fs::exists(fs::path(CKV_SOURCE_DIR) / "models/SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int32_t& id : t) id = static_cast<int32_t>(17 + rng() % static_cast<uint64_t>(vocab - 17));
-  return t;
-}
-
-double relative_error(std::span<const float> a, std::span<const float> b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  float lo = b[0], hi = b[0];
-  for (size_t i = 0; i < b.size(); ++i) {
-    worst = std::max(worst, double{std::abs(a[i] - b[i])});
-    lo = std::min(lo, b[i]);
-    hi = std::max(hi, b[i]);
-  }
-  return worst / std::max(1e-6, double{hi - lo});
-}
+using test::random_tokens;
+using test::relative_error;
 
 struct Case {
   std::string model;

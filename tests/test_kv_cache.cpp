@@ -13,6 +13,7 @@
 #include "model/decode.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
+#include "logits_util.h"
 #include "model/model.h"
 #include "ops/attention.h"
 
@@ -33,26 +34,8 @@ const Model& cached_model(const std::string& name) {
   return it->second;
 }
 
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  // Skip the lowest ids (special tokens of the real model).
-  for (int32_t& id : t) id = static_cast<int32_t>(17 + rng() % static_cast<uint64_t>(vocab - 17));
-  return t;
-}
-
-// Largest |a - b| relative to b's range (max - min).
-double relative_error(std::span<const float> a, std::span<const float> b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  float lo = b[0], hi = b[0];
-  for (size_t i = 0; i < b.size(); ++i) {
-    worst = std::max(worst, double{std::abs(a[i] - b[i])});
-    lo = std::min(lo, b[i]);
-    hi = std::max(hi, b[i]);
-  }
-  return worst / std::max(1e-6, double{hi - lo});
-}
+using test::random_tokens;
+using test::relative_error;
 
 class CachedDecode : public ::testing::TestWithParam<std::string> {};
 
