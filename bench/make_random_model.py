@@ -9,7 +9,8 @@ Writes, from one config and one seed, the same weights as
 Norms, biases and rope_freqs are F32 in GGUF. GGUF files follow llama.cpp's converter:
 architecture `llama` for llama/mistral configs (q/k rows permuted as convert_hf_to_gguf
 does), `qwen2` for qwen2 (q/k/v biases, no permutation), llama3 rope scaling as the
-`rope_freqs.weight` tensor. No tokenizer is written: feed token ids (`"tokens"` records).
+`rope_freqs.weight` tensor. No vocabulary is written (`tokenizer.ggml.model` = "none", which
+llama.cpp and ckv both load as a model without one): feed token ids (`"tokens"` records).
 
 Every tensor comes from its own numpy PCG64 stream seeded by (seed, crc32(HF name)), so a
 tensor does not depend on the others, on the format or on the layer-count override.
@@ -294,6 +295,7 @@ def write_gguf(cfg, seed, path, fmt):
     w.add_rope_freq_base(cfg.get("rope_theta", 10000.0))
     w.add_rope_dimension_count(s["d_head"])
     w.add_vocab_size(s["vocab"])
+    w.add_tokenizer_model("none")  # llama.cpp refuses a GGUF without the key
     if cfg.get("sliding_window") and arch == "llama":
         w.add_sliding_window(cfg["sliding_window"])
     qtype = {"q4_k": T.Q4_K, "q8_0": T.Q8_0, "f32": T.F32}[fmt]

@@ -212,6 +212,32 @@ TEST(ModelLoader, DefaultModelQkMatchTransformers) {
   }
 }
 
+// tokenizer.ggml.model "none" (llama.cpp's model without a vocabulary) loads without a
+// tokenizer and with the same weights; any other unknown tokenizer model stays an error.
+TEST(ModelLoader, TokenizerModelNoneMeansNoTokenizer) {
+  const fs::path src = fs::path(CKV_TEST_DATA_DIR) / "models" / "tiny_llama3_rope.gguf";
+  std::ifstream in(src, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string key = "tokenizer.ggml.model";
+  const std::string value_gpt2 = std::string("\x08\0\0\0\x04\0\0\0\0\0\0\0", 12) + "gpt2";
+  const size_t at = bytes.find(key + value_gpt2);
+  ASSERT_NE(at, std::string::npos) << "the tiny model's tokenizer is no longer gpt2";
+  const ckv::Model with = ckv::load_model(src);
+  ASSERT_NE(with.tokenizer, nullptr);
+  ScratchDir d;
+  const auto write = [&](const std::string& model_name) {
+    std::string b = bytes;
+    b.replace(at + key.size() + 12, 4, model_name);
+    const fs::path p = d.path() / (model_name + ".gguf");
+    std::ofstream(p, std::ios::binary) << b;
+    return p;
+  };
+  const ckv::Model none = ckv::load_model(write("none"));
+  EXPECT_EQ(none.tokenizer, nullptr);
+  expect_bit_equal(none.weights.layers.at(0).wq.to_f32(), with.weights.layers.at(0).wq.to_f32(), "wq");
+  expect_load_error<ckv::UnsupportedError>(write("bert"), "tokenizer.ggml.model 'bert' is not supported");
+}
+
 TEST(ModelLoader, MissingInputs) {
   expect_load_error<ckv::IoError>(kDir / "absent.gguf", "no such file");
   ScratchDir empty;

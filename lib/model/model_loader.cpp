@@ -186,7 +186,10 @@ Model load_gguf(const std::filesystem::path& path) {
     m.weights.rope_freq_factors = gguf.load_f32(rope_name).storage();
     check_finite(fmt::format("{}: tensor '{}'", source, rope_name), m.weights.rope_freq_factors);
   }
-  if (gguf.get_string("tokenizer.ggml.model")) m.tokenizer = tokenizer_from_gguf(gguf);
+  // "none" is llama.cpp's mark of a model without a vocabulary (the random-weight models of
+  // bench/make_random_model.py): such a model takes token ids only, in ckv as in llama.cpp.
+  if (const auto tok = gguf.get_string("tokenizer.ggml.model"); tok && *tok != "none")
+    m.tokenizer = tokenizer_from_gguf(gguf);
   fill_source_info(gguf, path, m);
   return m;
 }
