@@ -25,8 +25,9 @@ std::string_view gemm_engine_name();
 //  - tiled (rows > kLinearFewRows, or a float32 weight read in place at any rows): work
 //    is split over chunks of output columns whose width depends on the shape only; each
 //    chunk converts its weight rows to float32 in thread-local scratch (a tile) and
-//    multiplies with one Eigen GEMM, so the result equals bit for bit the product with the
-//    weight converted to float32 first.
+//    multiplies with one single-threaded GEMM (oneDNN's where the build found it, else
+//    Eigen's), so the result equals bit for bit the product with the weight converted to
+//    float32 first, by the same engine.
 //  - fused (rows <= kLinearFewRows, decode): each output is a dot product with its weight
 //    row dequantised block by block in registers (no tile). The weight values are exactly
 //    rows_f32's; only the order of summation differs (fused multiply-adds into 4 x 16
