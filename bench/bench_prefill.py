@@ -5,14 +5,27 @@ Each engine runs in its own child process (so its peak RSS is its own) on the sa
 the same token ids and the same thread count; only the prefill of the prompt is timed, not
 the model load. Results are printed as a Markdown table (for docs/PERF.md) and as JSON.
 
-    pip install llama-cpp-python torch transformers gguf   # the peers (not needed by ckv)
-    python3 bench/bench_prefill.py --lengths 512 2048 --threads 2 --repeats 3
+    # peers, outside the repo: llama-cpp-python (built from source), torch + transformers + gguf
+    python3 bench/bench_prefill.py --lengths 512 2048 --threads 2 --repeats 3 \\
+        --engines transformers transformers-bf16 llama.cpp ckv ckv-bf16 \\
+        --python-llama /path/to/venv-llama/bin/python --python-hf /path/to/venv-ref/bin/python
 
-Engines that are not installed are reported as missing and skipped.
+  llama.cpp          Llama.eval(ids) (llama-cpp-python, n_batch 512)
+  transformers       model(ids, use_cache=False, logits_to_keep=1), torch.float32
+  transformers-bf16  the same with the model in torch.bfloat16
+  ckv                ckv forward --tokens FILE --repeats R --timing-json -q
+  ckv+record         the same, recording Q/K/V, the last attention row and the residual
+  ckv-bf16           the same with --compute-dtype bf16
+  ckv-eigen          the ckv binary given by --ckv-eigen (a build with -DCKV_ONEDNN=OFF): the
+                     engine comparison of docs/PERF.md in one run
+
+Engines that are not installed are reported as missing and skipped. The CPU model and its
+vector flags (lscpu) and the load average before and after go into the output.
 """
 import argparse
 import json
 import os
+import platform
 import resource
 import subprocess
 import sys
@@ -44,12 +57,12 @@ def child_llamacpp(model, ids, threads, repeats):
     return times, cpu
 
 
-def child_transformers(model, ids, threads, repeats):
+def child_transformers(model, ids, threads, repeats, bf16):
     import torch
     from transformers import AutoModelForCausalLM
     torch.set_num_threads(threads)
     m = AutoModelForCausalLM.from_pretrained(os.path.dirname(model), gguf_file=os.path.basename(model),
-                                             torch_dtype=torch.float32)
+                                             torch_dtype=torch.bfloat16 if bf16 else torch.float32)
     m.eval()
     x = torch.tensor([ids])
     times, cpu = [], []
@@ -62,7 +75,7 @@ def child_transformers(model, ids, threads, repeats):
     return times, cpu
 
 
-def child_ckv(model, ids, threads, repeats, binary, record):
+def child_ckv(model, ids, threads, repeats, binary, record, bf16):
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(" ".join(map(str, ids)))
         path = f.name
@@ -70,6 +83,8 @@ def child_ckv(model, ids, threads, repeats, binary, record):
            "--generate", "0", "--repeats", str(repeats), "--timing-json", "-q"]
     if record:
         cmd.append("--record-all")
+    if bf16:
+        cmd += ["--compute-dtype", "bf16"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     os.unlink(path)
     timing = json.loads(out.strip().splitlines()[-1])
@@ -82,16 +97,32 @@ def run_child(args):
     ids = token_ids(n)
     if engine == "llama.cpp":
         times, cpu = child_llamacpp(model, ids, threads, repeats)
-    elif engine == "transformers":
-        times, cpu = child_transformers(model, ids, threads, repeats)
-    elif engine in ("ckv", "ckv+record"):
-        times, cpu = child_ckv(model, ids, threads, repeats, binary, engine == "ckv+record")
+    elif engine in ("transformers", "transformers-bf16"):
+        times, cpu = child_transformers(model, ids, threads, repeats, engine == "transformers-bf16")
+    elif engine in ("ckv", "ckv+record", "ckv-bf16", "ckv-eigen"):
+        times, cpu = child_ckv(model, ids, threads, repeats, binary, engine == "ckv+record",
+                               engine == "ckv-bf16")
     else:
         raise SystemExit(f"unknown engine {engine}")
     rss_kib = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                   resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     print(json.dumps({"engine": engine, "n": n, "times": times, "cpu_times": cpu,
                       "peak_rss_mib": rss_kib / 1024}))
+
+
+def cpu_model():
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:
+        return platform.processor() or "unknown", ""
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    name = fields.get("Model name", "unknown").strip()
+    flags = set(fields.get("Flags", "").split())
+    isa = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
+                       "avx_vnni", "amx_bf16", "amx_int8", "amx_tile") if f in flags]
+    extra = ", ".join(f"{k.strip()} {fields[k].strip()}" for k in ("CPU family", "Model", "CPU(s)",
+                                                                   "L3 cache") if k in fields)
+    return name, f"{extra}; {' '.join(isa)}"
 
 
 def main():
@@ -101,17 +132,29 @@ def main():
     p.add_argument("--lengths", type=int, nargs="+", default=[512, 2048])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--engines", nargs="+", default=["ckv", "ckv+record", "llama.cpp", "transformers"])
+    p.add_argument("--ckv-eigen", help="a ckv built with -DCKV_ONEDNN=OFF, for the engine ckv-eigen")
+    p.add_argument("--engines", nargs="+", default=["ckv", "ckv+record", "llama.cpp", "transformers"],
+                   choices=["ckv", "ckv+record", "ckv-bf16", "ckv-eigen", "llama.cpp", "transformers",
+                            "transformers-bf16"])
+    p.add_argument("--python-llama", default=sys.executable, help="python with llama_cpp")
+    p.add_argument("--python-hf", default=sys.executable, help="python with torch/transformers/gguf")
     p.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         return run_child(args)
+    if "ckv-eigen" in args.engines and not args.ckv_eigen:
+        p.error("the engine ckv-eigen needs --ckv-eigen BINARY")
 
+    cpu_name, detail = cpu_model()
+    load_before = os.getloadavg()
     rows = []
     for n in args.lengths:
         for engine in args.engines:
-            cmd = [sys.executable, __file__, "--child", engine, args.model, str(n), str(args.threads),
-                   str(args.repeats), args.ckv]
+            python = {"llama.cpp": args.python_llama, "transformers": args.python_hf,
+                      "transformers-bf16": args.python_hf}.get(engine, sys.executable)
+            binary = args.ckv_eigen if engine == "ckv-eigen" else args.ckv
+            cmd = [python, os.path.abspath(__file__), "--child", engine, args.model, str(n), str(args.threads),
+                   str(args.repeats), binary]
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
                 last = (r.stderr.strip().splitlines() or ["failed"])[-1]
@@ -121,9 +164,12 @@ def main():
             res["tok_per_s"] = n / min(res["times"])
             res["tok_per_cpu_s"] = n / min(res["cpu_times"])
             rows.append(res)
+    load_after = os.getloadavg()
     by_n = {}
     for r in rows:
         by_n.setdefault(r["n"], {})[r["engine"]] = r
+    print(f"CPU: {cpu_name} ({detail}); threads {args.threads}; load average before "
+          f"{load_before[0]:.2f}, after {load_after[0]:.2f}")
     print(f"| tokens | engine | prefill tok/s (best of {args.repeats}) | vs llama.cpp "
           f"| tok per CPU-second | vs llama.cpp | peak RSS MiB |")
     print("|---:|---|---:|---:|---:|---:|---:|")
@@ -134,7 +180,9 @@ def main():
             cratio = f"{r['tok_per_cpu_s'] / ref['tok_per_cpu_s']:.2f}x" if ref else "n/a"
             print(f"| {n} | {name} | {r['tok_per_s']:.1f} | {ratio} | {r['tok_per_cpu_s']:.1f} "
                   f"| {cratio} | {r['peak_rss_mib']:.0f} |")
-    print(json.dumps({"threads": args.threads, "model": os.path.basename(args.model), "results": rows}))
+    print(json.dumps({"threads": args.threads, "model": os.path.basename(args.model), "cpu": cpu_name,
+                      "cpu_detail": detail, "load_before": load_before, "load_after": load_after,
+                      "results": rows}))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 # --- 1. Debian packages ------------------------------------------------------------------
 packages=(build-essential cmake pkg-config git python3 python3-pip unzip libhdf5-dev
           libeigen3-dev libcli11-dev libfmt-dev nlohmann-json3-dev libpcre2-dev libicu-dev libgtest-dev libssl-dev
-          libbenchmark-dev python3-h5py python3-numpy python3-matplotlib python3-pytest)
+          libdnnl-dev libbenchmark-dev python3-h5py python3-numpy python3-matplotlib python3-pytest)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -409,7 +409,7 @@ int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std
     return skipped;
   }
 
-  Forward forward(model, {.threads = g.resolved_threads()});
+  Forward forward(model, g.forward_options());
   auto run_one = [&](const std::string& id, int64_t index, const std::vector<int32_t>& prompt, int64_t c) {
     std::vector<int32_t> tokens = prompt;
     int64_t decoded = -1;
@@ -485,7 +485,7 @@ void run_bound_job(const AnalysisOptions& o, const GlobalOptions& g, const std::
   // Refuse existing outputs before the model load and hashing; the real checks follow.
   for (const fs::path& p : {h5_path, csv_path, json_path}) AtomicOutput::check(p, {.force = o.force, .resume = o.resume});
   const Shard shard = Shard::resolve(o.shard);
-  Provenance prov = Provenance::capture(g.argc, g.argv, g.resolved_threads(), g.device);
+  Provenance prov = g.provenance();
   std::optional<AtomicOutput> h5_out, csv_out, json_out;
   std::optional<BoundFile> file;
   int64_t written = 0;

@@ -61,6 +61,7 @@ void register_bound(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<BoundOptions>();
   CLI::App* cmd = app.add_subcommand("bound", "Actual eviction perturbation beside the CriticalKV bounds, per method/budget/layer/head");
   add_model_options(*cmd, g);
+  add_compute_option(*cmd, g);
   add_analysis_options(*cmd, o->a);
   cmd->add_option("--methods", o->methods,
                   "Comma list of attn, snapkv, h2o, streaming, file, oracle, defensivekv, layer-defensivekv, pyramidkv, duoattention, "

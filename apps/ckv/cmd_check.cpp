@@ -75,6 +75,7 @@ void register_check(CLI::App& app, GlobalOptions& g) {
   o->a.out = "check";
   CLI::App* cmd = app.add_subcommand("check", "Assumption 3.4 per head: stage-1 attention mass S1 >= 1/2");
   add_model_options(*cmd, g);
+  add_compute_option(*cmd, g);
   add_analysis_options(*cmd, o->a);
   cmd->add_option("--alpha", o->alphas, "Stage-1 share(s) of the budget, a comma list for a sweep")->capture_default_str();
   cmd->add_option("--method", o->method, "Method whose stage 1 is checked (attn: the paper's Algorithm 1)")->capture_default_str();

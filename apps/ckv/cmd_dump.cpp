@@ -286,7 +286,7 @@ void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
   settings.layers = parse_index_list(o.layers, model.config.n_layer, "--layers");
   settings.heads = parse_index_list(o.heads, model.config.n_head, "--heads");
   const std::string sha = model_sha256(model.source.path);
-  Provenance prov = Provenance::capture(g.argc, g.argv, g.resolved_threads(), g.device);
+  Provenance prov = g.provenance();
   prov.set("model_path", model.source.path.string());
   prov.set("model_sha256", sha);
   prov.set("model_format", model.source.format);
@@ -312,7 +312,7 @@ void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
   restart_headerless(out);
 
   DumpFile dump = open_dump(out, prov, model, sha, settings);
-  Forward forward(model, {.threads = g.resolved_threads()});
+  Forward forward(model, g.forward_options());
   ThreadPool pool(g.resolved_threads());
   Progress progress("dump", shard.size_of(total), "records", g.progress_mode());
   Run run{o, g, model, settings, dump, forward, pool, progress, dump.complete_records(), {}};
@@ -363,6 +363,7 @@ void register_dump(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<DumpOptions>();
   CLI::App* cmd = app.add_subcommand("dump", "Record per-layer, per-head Q/K/V, attention and nu to HDF5");
   add_model_options(*cmd, g);
+  add_compute_option(*cmd, g);
   add_prompt_options(*cmd, o->input);
   auto* input = cmd->add_option("-i,--input", o->input_jsonl,
                                 "JSONL batch: {id, context, question, answer, spans} per line");

@@ -120,7 +120,7 @@ void run_eval(const EvalOptions& o, const GlobalOptions& g) {
   Model model = load_model(g.model_path());
   if (!model.tokenizer) fail<InputError>("{}: ckv eval needs a model with a tokenizer", model.source.path.string());
   const std::string sha = model_sha256(model.source.path);
-  Provenance prov = Provenance::capture(g.argc, g.argv, g.resolved_threads(), g.device);
+  Provenance prov = g.provenance();
   prov.set("model_path", model.source.path.string());
   prov.set("model_sha256", sha);
   prov.set("input_file", o.input);
@@ -142,7 +142,7 @@ void run_eval(const EvalOptions& o, const GlobalOptions& g) {
                                       : EvalFile::create(h5_out.partial_path(), prov, js, method_names,
                                                          settings.budgets, model.config);
   const std::set<std::string> done = file.complete_records();
-  Forward fwd(model, {.threads = g.resolved_threads()});
+  Forward fwd(model, g.forward_options());
   ThreadPool pool(g.resolved_threads());
   int64_t written = 0, skipped = 0;
   Progress progress("eval", shard.is_whole() ? input_records : 0, "records", g.progress_mode());
@@ -196,6 +196,7 @@ void register_eval(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<EvalOptions>();
   CLI::App* cmd = app.add_subcommand("eval", "Answers under eviction with a KV cache, scored, beside the perturbation");
   add_model_options(*cmd, g);
+  add_compute_option(*cmd, g);
   cmd->add_option("-i,--input", o->input, "JSONL batch: {id, context, question, answer(s), task} per line")
       ->required()->check(CLI::ExistingFile);
   cmd->add_option("--methods", o->methods, "Selection methods, as `ckv bound --methods`")->capture_default_str();

@@ -116,6 +116,8 @@ void run_timing(const ForwardCmdOptions& o, Forward& forward, const std::vector<
     cpu_seconds.push_back(cpu_now() - cpu_start);
   }
   nlohmann::json j = {{"tokens", ids.size()},          {"threads", forward.threads()},
+                      {"compute_dtype", compute_dtype_name(forward.compute())},
+                      {"gemm_engine", gemm_engine_name()},
                       {"record_all", o.record_all},    {"prefill_seconds", seconds},
                       {"prefill_cpu_seconds", cpu_seconds}};
   if (o.generate > 0) {
@@ -142,7 +144,7 @@ void run_timing(const ForwardCmdOptions& o, Forward& forward, const std::vector<
 void run_forward(const ForwardCmdOptions& o, const GlobalOptions& g) {
   Model model = load_model(g.model_path());
   std::vector<int32_t> ids = prompt_tokens(o.input, model, kBuiltinPrompt);
-  Forward forward(model, {.threads = g.resolved_threads()});
+  Forward forward(model, g.forward_options());
   if (o.timing_json) return run_timing(o, forward, ids);
 
   const Tokenizer* tok = model.tokenizer.get();
@@ -221,6 +223,7 @@ void register_forward(CLI::App& app, GlobalOptions& g) {
   CLI::App* cmd = app.add_subcommand(
       "forward", "Run the model over a prompt: greedy next tokens and per-layer statistics");
   add_model_options(*cmd, g);
+  add_compute_option(*cmd, g);
   add_prompt_options(*cmd, o->input);
   cmd->add_option("-n,--generate,--max-new-tokens", o->generate,
                   "Greedy tokens to generate over the KV cache (stops earlier at EOS or a --stop string)")

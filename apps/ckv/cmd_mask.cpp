@@ -372,7 +372,7 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
   if (!o.csv.empty()) AtomicOutput::check(o.csv, {.force = o.force, .resume = o.resume});
   Model model = load_model(g.model_path());
   const std::string sha = model_sha256(model.source.path);
-  Provenance prov = Provenance::capture(g.argc, g.argv, g.resolved_threads(), g.device);
+  Provenance prov = g.provenance();
   prov.set("model_path", model.source.path.string());
   prov.set("model_sha256", sha);
   const std::string input_file = !o.input_jsonl.empty()        ? o.input_jsonl
@@ -399,7 +399,7 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
   MaskFile file = out.continuing() ? MaskFile::resume(out.partial_path(), prov.command_line)
                                    : MaskFile::create(out.partial_path(), prov, settings);
   const std::set<std::string> done = file.complete_records();
-  Forward fwd(model, {.threads = g.resolved_threads()});
+  Forward fwd(model, g.forward_options());
   ThreadPool pool(g.resolved_threads());
   MaskJob job(o, model, fwd, pool);
   int64_t written = 0, skipped = 0;
@@ -454,6 +454,7 @@ void register_mask(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<MaskOptions>();
   CLI::App* cmd = app.add_subcommand("mask", "Propagated eviction by -inf logit masking, with placebo spans");
   add_model_options(*cmd, g);
+  add_compute_option(*cmd, g);
   add_prompt_options(*cmd, o->input);
   auto* input = cmd->add_option("-i,--input", o->input_jsonl, "JSONL batch: {id, context, question, answer, spans}");
   for (const char* other : {"--prompt", "--prompt-file", "--tokens"}) input->excludes(cmd->get_option(other));

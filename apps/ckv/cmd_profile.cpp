@@ -52,7 +52,7 @@ void run_profile(const ProfileOptions& o, const GlobalOptions& g) {
   const Model model = load_model(g.model_path());
   if (!model.tokenizer) fail<InputError>("{}: the model has no tokenizer (profile encodes the answers)", g.model_path());
   const ModelConfig& cf = model.config;
-  Forward forward(model, {.threads = g.resolved_threads()});
+  Forward forward(model, g.forward_options());
   std::vector<std::vector<double>> sums(static_cast<size_t>(cf.n_layer),
                                         std::vector<double>(static_cast<size_t>(cf.n_head), 0.0));
   RecordReader reader(o.input);
@@ -96,6 +96,7 @@ void run_profile(const ProfileOptions& o, const GlobalOptions& g) {
                             {"score", "retrieval"},
                             {"span", o.span},
                             {"model", std::filesystem::path(g.model_path()).filename().string()},
+                            {"compute_dtype", compute_dtype_name(g.compute)},
                             {"input", std::filesystem::path(o.input).filename().string()},
                             {"records", count},
                             {"n_layer", cf.n_layer},
@@ -117,6 +118,7 @@ void register_profile(CLI::App& app, GlobalOptions& g) {
   CLI::App* cmd = app.add_subcommand(
       "profile", "HeadKV head profile: each head's retrieval score on `ckv niah` records (JSON for --headkv-profile)");
   add_model_options(*cmd, g);
+  add_compute_option(*cmd, g);
   cmd->add_option("-i,--input", o->input, "JSONL records with \"answer\" and the needle span (`ckv niah`)")->required();
   cmd->add_option("--span", o->span, "The record span that holds the answer (the needle)")->capture_default_str();
   cmd->add_flag("--no-answer-space", o->no_answer_space, "Encode the answer without a leading space");

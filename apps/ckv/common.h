@@ -5,6 +5,9 @@
 #include <CLI/CLI.hpp>
 
 #include "core/progress.h"
+#include "model/forward.h"
+#include "ops/linear.h"
+#include "output/provenance.h"
 
 namespace ckv::app {
 
@@ -12,6 +15,7 @@ struct GlobalOptions {
   std::string model;       // --model PATH; empty means the embedded default model
   std::string device = "cpu";
   int threads = 0;         // 0: all hardware threads; more than those are capped to them
+  ComputeDType compute = ComputeDType::F32;  // --compute-dtype: the linear layers' arithmetic
   bool quiet = false;
   bool progress = false;   // force the progress bar even when stderr is not a terminal
   int argc = 0;            // the process's command line, for provenance
@@ -22,10 +26,16 @@ struct GlobalOptions {
   ProgressMode progress_mode() const { return Progress::mode_from_flags(quiet, progress); }
   int resolved_threads() const;
   std::string model_path() const;  // --model, else the default model path
+  // The forward pass as the flags ask: --threads and --compute-dtype.
+  ForwardOptions forward_options() const;
+  // Provenance of this run: the fixed fields, and the compute dtype and GEMM engine that ran.
+  Provenance provenance() const;
 };
 
 void add_model_options(CLI::App& cmd, GlobalOptions& g);  // --model, --device, --threads
 void add_device_option(CLI::App& cmd, GlobalOptions& g);  // --device cpu (the only one)
+// --compute-dtype f32|bf16, on every subcommand that runs the forward pass.
+void add_compute_option(CLI::App& cmd, GlobalOptions& g);
 
 // The command line: global flags and every subcommand registered on `app`, with `g` bound
 // to the global options (it must outlive `app`). app.parse() then runs the subcommand.

@@ -36,6 +36,39 @@ std::string GlobalOptions::model_path() const {
   return model.empty() ? default_model_path().string() : model;
 }
 
+ForwardOptions GlobalOptions::forward_options() const {
+  return {.threads = resolved_threads(), .compute = compute};
+}
+
+Provenance GlobalOptions::provenance() const {
+  Provenance p = Provenance::capture(argc, argv, resolved_threads(), device);
+  p.set("compute_dtype", std::string(compute_dtype_name(compute)));
+  p.set("gemm_engine", std::string(gemm_engine_name()));
+  return p;
+}
+
+void add_compute_option(CLI::App& cmd, GlobalOptions& g) {
+  // A build without oneDNN refuses bf16 here, at parsing: nothing falls back to float32
+  // while the flag says bf16.
+  cmd.add_option("--compute-dtype", g.compute,
+                 "Arithmetic of the linear layers: f32 (default), or bf16 (x and weights rounded "
+                 "to bfloat16, float32 sums; needs a build with oneDNN; docs/PERF.md gives its error)")
+      ->transform(CLI::Validator(
+          [](std::string& value) -> std::string {
+            for (const ComputeDType d : {ComputeDType::F32, ComputeDType::BF16}) {
+              if (value != compute_dtype_name(d)) continue;
+              if (!compute_dtype_available(d))
+                return value + ": this build has no " + value +
+                       " GEMM (built without oneDNN; install libdnnl-dev and rebuild)";
+              value = std::to_string(static_cast<int>(d));
+              return {};
+            }
+            return "unknown compute dtype '" + value + "' (known: f32, bf16)";
+          },
+          "f32|bf16", "compute dtype"))
+      ->default_str("f32");
+}
+
 void add_device_option(CLI::App& cmd, GlobalOptions& g) {
   // Every subcommand runs on the CPU: --device cuda is refused here, in one place, so no
   // subcommand runs on the CPU while its provenance says "cuda".

@@ -1,6 +1,6 @@
 #pragma once
 // A fixed set of worker threads that runs parallel loops. Every multi-threaded op takes a
-// ThreadPool&, so one `--threads N` controls all CPU parallelism (Eigen itself is used
+// ThreadPool&, so one `--threads N` controls all CPU parallelism (Eigen and oneDNN are used
 // single-threaded inside each task).
 #include <atomic>
 #include <condition_variable>

@@ -48,6 +48,10 @@ bool RecordRequest::wants_layer(int64_t layer) const {
 
 Forward::Forward(const ModelConfig& config, const ModelWeights& weights, ForwardOptions options)
     : config_(config), weights_(weights), options_(options), pool_(options.threads) {
+  if (!compute_dtype_available(options.compute))
+    fail<UsageError>("--compute-dtype {}: this build has no {} GEMM (built without oneDNN; install "
+                     "libdnnl-dev and rebuild)",
+                     compute_dtype_name(options.compute), compute_dtype_name(options.compute));
   const ModelConfig& c = config;
   if (c.n_layer <= 0 || c.n_head <= 0 || c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0 ||
       c.d_head <= 0 || c.d_head % 2 != 0)
@@ -124,7 +128,7 @@ void Forward::embed(std::span<const int32_t> tokens) {
 void Forward::mlp_block(int64_t layer) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   rms_norm(resid_, w.ffn_norm, static_cast<float>(config_.rms_eps), normed_);
-  gated_mlp(normed_, w.w_gate, w.w_up, w.w_down, block_out_, pool_, gate_, up_);
+  gated_mlp(normed_, w.w_gate, w.w_up, w.w_down, block_out_, pool_, gate_, up_, options_.compute);
   resid_.matrix() += block_out_.matrix();
   check_layer_finite(layer);
 }
@@ -138,7 +142,7 @@ ForwardResult Forward::logits(std::span<const int64_t> rows) {
   Tensor last({r, c.d_model});  // [r_logits, d_model]
   for (int64_t i = 0; i < r; ++i) last.matrix().row(i) = resid_.matrix().row(rows[static_cast<size_t>(i)]);
   rms_norm(last, weights_.output_norm, static_cast<float>(c.rms_eps), last);
-  linear(last, weights_.lm_head(), Tensor(), result.logits, pool_);
+  linear(last, weights_.lm_head(), Tensor(), result.logits, pool_, options_.compute);
   return result;
 }
 
@@ -222,11 +226,11 @@ void Forward::project_qkv(int64_t layer, int64_t first_position) {
   // into the per-head layout.
   for (int64_t begin = 0; begin < seq; begin += kLinearRowChunk) {
     const int64_t count = std::min(kLinearRowChunk, seq - begin);
-    linear_rows(normed_, begin, count, w.wq, w.bq, proj_, pool_);  // [count, n_head*d_head]
+    linear_rows(normed_, begin, count, w.wq, w.bq, proj_, pool_, options_.compute);  // [count, n_head*d_head]
     split_heads(proj_, begin, c.n_head, c.d_head, q_);
-    linear_rows(normed_, begin, count, w.wk, w.bk, proj_, pool_);  // [count, n_kv_head*d_head]
+    linear_rows(normed_, begin, count, w.wk, w.bk, proj_, pool_, options_.compute);  // [count, n_kv_head*d_head]
     split_heads(proj_, begin, c.n_kv_head, c.d_head, k_);
-    linear_rows(normed_, begin, count, w.wv, w.bv, proj_, pool_);  // [count, n_kv_head*d_head]
+    linear_rows(normed_, begin, count, w.wv, w.bv, proj_, pool_, options_.compute);  // [count, n_kv_head*d_head]
     split_heads(proj_, begin, c.n_kv_head, c.d_head, v_);
   }
   apply_rope(q_, rope_, first_position);
@@ -244,7 +248,7 @@ void Forward::cached_attention_block(int64_t layer, int64_t first_position, KvCa
   kv_views_.resize(static_cast<size_t>(config_.n_kv_head));
   for (int64_t g = 0; g < config_.n_kv_head; ++g) kv_views_[static_cast<size_t>(g)] = cache.view(layer, g);
   cached_attention(q_, q_positions_, kv_views_, context_, pool_, options_.query_block);
-  linear(context_, w.wo, Tensor(), block_out_, pool_);  // [n, d_model]
+  linear(context_, w.wo, Tensor(), block_out_, pool_, options_.compute);  // [n, d_model]
 }
 
 // normed_ [seq, d_model] -> block_out_ [seq, d_model]: the attention block's output.
@@ -271,7 +275,7 @@ void Forward::attention_block(int64_t layer, const ForwardRequest& request, bool
   if (params.probs != nullptr)
     request.recorder->on_attention(layer, request.record.attn_rows, probs_);
   if (record && !request.record.head_out_rows.empty()) record_head_outputs(layer, request);
-  linear(context_, w.wo, Tensor(), block_out_, pool_);  // [seq, d_model]
+  linear(context_, w.wo, Tensor(), block_out_, pool_, options_.compute);  // [seq, d_model]
 }
 
 void Forward::record_head_outputs(int64_t layer, const ForwardRequest& request) {

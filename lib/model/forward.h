@@ -24,6 +24,7 @@
 #include "model/recorder.h"
 #include "model/weights.h"
 #include "ops/attention.h"
+#include "ops/linear.h"
 #include "ops/rope.h"
 
 namespace ckv {
@@ -31,6 +32,7 @@ namespace ckv {
 struct ForwardOptions {
   int threads = 1;           // worker threads for every op (the CLI's --threads)
   int64_t query_block = 64;  // query rows per attention task; results do not depend on it
+  ComputeDType compute = ComputeDType::F32;  // the linear layers' arithmetic (--compute-dtype)
 };
 
 struct ForwardRequest {
@@ -96,6 +98,7 @@ class Forward {
 
   const ModelConfig& config() const { return config_; }
   int threads() const { return pool_.size(); }
+  ComputeDType compute() const { return options_.compute; }
 
  private:
   void check_request(int64_t seq, const ForwardRequest& request) const;

@@ -5,7 +5,7 @@
 namespace ckv {
 
 void linear_rows(const Tensor& x, int64_t begin, int64_t count, const WeightMatrix& weight,
-                 const Tensor& bias, Tensor& y, ThreadPool& pool) {
+                 const Tensor& bias, Tensor& y, ThreadPool& pool, ComputeDType compute) {
   if (x.rank() != 2 || weight.empty() || x.dim(1) != weight.cols())
     fail<InputError>("linear: input {} does not match weight {}", x.shape_string(),
                      weight.shape_string());
@@ -18,15 +18,15 @@ void linear_rows(const Tensor& x, int64_t begin, int64_t count, const WeightMatr
   const int64_t in = x.dim(1), out = weight.rows();
   if (y.rank() != 2 || y.dim(0) != count || y.dim(1) != out) y = Tensor({count, out});
   detail::linear_cpu(x.data() + begin * in, in, weight, bias.empty() ? nullptr : bias.data(),
-                     y.data(), out, count, pool);
+                     y.data(), out, count, pool, compute);
 }
 
 void linear(const Tensor& x, const WeightMatrix& weight, const Tensor& bias, Tensor& y,
-            ThreadPool& pool) {
+            ThreadPool& pool, ComputeDType compute) {
   if (x.rank() != 2)
     fail<InputError>("linear: input {} does not match weight {}", x.shape_string(),
                      weight.shape_string());
-  linear_rows(x, 0, x.dim(0), weight, bias, y, pool);
+  linear_rows(x, 0, x.dim(0), weight, bias, y, pool, compute);
 }
 
 void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y,

@@ -1,5 +1,7 @@
 #pragma once
 // Linear layer y = x W^T + b with HF weight layout W [out, in], W in its stored dtype.
+#include <string_view>
+
 #include "core/tensor.h"
 #include "io/weight_matrix.h"
 
@@ -7,13 +9,25 @@ namespace ckv {
 
 class ThreadPool;
 
+// The arithmetic of the linear layers (the CLI's --compute-dtype). F32: float32 products and
+// sums (the default; fidelity). BF16: x and each weight tile rounded to bfloat16 (8
+// significant bits, round to nearest even), products summed in float32, output float32; only
+// in a build with oneDNN (its bf16 matmul), see compute_dtype_available().
+enum class ComputeDType { F32, BF16 };
+std::string_view compute_dtype_name(ComputeDType dtype);  // "f32", "bf16"
+// Whether this build can run `dtype` (F32 always; BF16 with oneDNN).
+bool compute_dtype_available(ComputeDType dtype);
+// The GEMM engine of the tiled path in this build: "onednn" or "eigen" (provenance).
+std::string_view gemm_engine_name();
+
 // x: [rows, in], weight: [out, in] (any stored dtype), bias: [out] or empty, y: [rows, out]
 // (resized). Two paths, both independent of the number of threads bit for bit:
 //  - tiled (rows > kLinearFewRows, or a float32 weight read in place at any rows): work
 //    is split over chunks of output columns whose width depends on the shape only; each
 //    chunk converts its weight rows to float32 in thread-local scratch (a tile) and
-//    multiplies with one Eigen GEMM, so the result equals bit for bit the product with the
-//    weight converted to float32 first.
+//    multiplies with one single-threaded GEMM (oneDNN's where the build found it, else
+//    Eigen's), so the result equals bit for bit the product with the weight converted to
+//    float32 first, by the same engine.
 //  - fused (rows <= kLinearFewRows, decode): each output is a dot product with its weight
 //    row dequantised block by block in registers (no tile). The weight values are exactly
 //    rows_f32's; only the order of summation differs (fused multiply-adds into 4 x 16
@@ -21,12 +35,15 @@ class ThreadPool;
 //    by rounding only: |y - y_f32| <= 2 * (in + 1) * 2^-24 * (sum_i |x_i w_i| + |b|) (the
 //    two orders' error bounds added; tests/test_linear_few_rows.cpp checks it for every
 //    dtype). A row's result does not depend on the other rows of the call either.
+// With compute ComputeDType::BF16 every call takes the tiled path with bf16 x and tiles (the
+// fused path is float32 only); a build without oneDNN throws UsageError for it.
 void linear(const Tensor& x, const WeightMatrix& weight, const Tensor& bias, Tensor& y,
-            ThreadPool& pool);
+            ThreadPool& pool, ComputeDType compute = ComputeDType::F32);
 // Rows [begin, begin+count) of x [rows, in] only: y [count, out] (resized). What a caller
 // that works in row chunks uses, so that its outputs exist for one chunk at a time.
 void linear_rows(const Tensor& x, int64_t begin, int64_t count, const WeightMatrix& weight,
-                 const Tensor& bias, Tensor& y, ThreadPool& pool);
+                 const Tensor& bias, Tensor& y, ThreadPool& pool,
+                 ComputeDType compute = ComputeDType::F32);
 // Rows per chunk where the forward pass and the MLP bound their activations: the
 // [chunk, d_ff] MLP intermediates and [chunk, n_head*d_head] projections replace
 // [seq, ...] ones (docs/PERF.md). A sequence of at most this many rows is one chunk.
@@ -45,12 +62,15 @@ int64_t linear_column_chunk(int64_t out, int64_t in);
 
 // x: [rows, in] with row stride x_stride; w: [out, in]; bias: [out] or null;
 // y: [rows, out] with row stride y_stride.
-// Dispatches on rows (kLinearFewRows) to one of the two below.
+// Dispatches on rows (kLinearFewRows) and compute to one of the two below.
 void linear_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias, float* y,
-                int64_t y_stride, int64_t rows, ThreadPool& pool);
-// The tiled GEMM path, for any rows.
+                int64_t y_stride, int64_t rows, ThreadPool& pool,
+                ComputeDType compute = ComputeDType::F32);
+// The tiled GEMM path, for any rows: one single-threaded GEMM per column chunk (oneDNN's
+// sgemm or bf16 matmul in a build with oneDNN, else Eigen's), on the pool's threads.
 void linear_tiled_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias,
-                      float* y, int64_t y_stride, int64_t rows, ThreadPool& pool);
+                      float* y, int64_t y_stride, int64_t rows, ThreadPool& pool,
+                      ComputeDType compute = ComputeDType::F32);
 // The fused dequantise-and-dot path, for any rows (meant for few).
 void linear_few_rows_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias,
                          float* y, int64_t y_stride, int64_t rows, ThreadPool& pool);

@@ -1,14 +1,48 @@
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "ops/linear.h"
 
-namespace ckv::detail {
+#if defined(CKV_HAVE_DNNL)
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace ckv {
+
+std::string_view compute_dtype_name(ComputeDType dtype) {
+  return dtype == ComputeDType::BF16 ? "bf16" : "f32";
+}
+
+#if defined(CKV_HAVE_DNNL)
+bool compute_dtype_available(ComputeDType) {
+  return true;
+}
+std::string_view gemm_engine_name() {
+  return "onednn";
+}
+#else
+bool compute_dtype_available(ComputeDType dtype) {
+  return dtype == ComputeDType::F32;
+}
+std::string_view gemm_engine_name() {
+  return "eigen";
+}
+#endif
+
+namespace detail {
 
 // Output columns per task: about out/16, a multiple of 16, at least 32. It depends on the
-// shape only, never on the thread count, so every column is computed by the same Eigen GEMM
-// call whatever the pool size: results are bit-identical across --threads. Wide chunks
-// keep the repeated packing of x (once per chunk) small next to the multiply; the cap keeps
-// a converted tile (thread-local, [chunk, in] float32) within 16 MiB, which only narrows
-// the lm_head of large vocabularies.
+// shape only, never on the thread count, so every column is computed by the same GEMM call
+// whatever the pool size: results are bit-identical across --threads. Wide chunks keep the
+// repeated packing of x (once per chunk) small next to the multiply; the cap keeps a
+// converted tile (thread-local, [chunk, in] float32) within 16 MiB, which only narrows the
+// lm_head of large vocabularies.
 int64_t linear_column_chunk(int64_t out, int64_t in) {
   constexpr int64_t kTileBytes = int64_t{16} << 20;
   const int64_t per_task = (out + 15) / 16;
@@ -17,38 +51,179 @@ int64_t linear_column_chunk(int64_t out, int64_t in) {
   return std::min(chunk, cap);
 }
 
-void linear_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias, float* y,
-                int64_t y_stride, int64_t rows, ThreadPool& pool) {
+void linear_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias,
+                float* y, int64_t y_stride, int64_t rows, ThreadPool& pool, ComputeDType compute) {
   // A float32 weight read in place gains nothing from the fused kernel: Eigen's product
   // streams it faster (bench/bench_linear.cpp, docs/PERF.md "Decode").
-  if (rows <= kLinearFewRows && w.f32_rows(0) == nullptr)
+  if (compute == ComputeDType::F32 && rows <= kLinearFewRows && w.f32_rows(0) == nullptr)
     linear_few_rows_cpu(x, x_stride, w, bias, y, y_stride, rows, pool);
   else
-    linear_tiled_cpu(x, x_stride, w, bias, y, y_stride, rows, pool);
+    linear_tiled_cpu(x, x_stride, w, bias, y, y_stride, rows, pool, compute);
 }
+
+namespace {
+
+using Stride = Eigen::OuterStride<>;
+
+#if defined(CKV_HAVE_DNNL)
+// oneDNN (Debian's libdnnl, OpenMP runtime) as the engine of one column chunk. Every call
+// runs on the calling pool thread alone: OpenMP's thread count is an ICV of each thread
+// that is not itself an OpenMP thread, set to 1 here once per thread, so oneDNN opens no
+// team and a chunk's product is the same single-threaded computation whatever --threads
+// is (tests/test_linear_engine.cpp proves it bit for bit).
+void single_threaded_omp() {
+  thread_local const bool set = [] {
+    omp_set_num_threads(1);
+    return true;
+  }();
+  (void)set;
+}
+
+// y [rows, width] (row stride y_stride) = x [rows, in] (row stride x_stride) tile^T, tile
+// [width, in] row-major; oneDNN's sgemm is row-major.
+void gemm_f32(const float* x, int64_t x_stride, const float* tile, int64_t width, int64_t in,
+              float* y, int64_t y_stride, int64_t rows) {
+  single_threaded_omp();
+  const dnnl_status_t status =
+      dnnl_sgemm('N', 'T', rows, width, in, 1.0f, x, x_stride, tile, in, 0.0f, y, y_stride);
+  if (status != dnnl_success)
+    fail<Error>("linear: oneDNN sgemm failed (status {})", static_cast<int>(status));
+}
+
+// The bf16 matmul primitives, one per shape (rows, in, width, y_stride), made once and
+// shared by the pool's threads (executing a primitive is thread-safe; each thread brings
+// its own stream and scratchpad). A run over many prompt lengths makes new shapes: past
+// kMaxPrimitives the cache starts again (callers hold their primitive by shared_ptr).
+struct Bf16Matmul {
+  dnnl::matmul primitive;
+  size_t scratch_bytes = 0;
+};
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+std::shared_ptr<const Bf16Matmul> bf16_matmul(int64_t rows, int64_t in, int64_t width,
+                                              int64_t y_stride) {
+  using dt = dnnl::memory::data_type;
+  constexpr size_t kMaxPrimitives = 512;
+  static std::mutex mutex;
+  static std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::shared_ptr<const Bf16Matmul>>
+      cache;
+  const std::lock_guard lock(mutex);
+  if (cache.size() >= kMaxPrimitives && !cache.contains({rows, in, width, y_stride})) cache.clear();
+  auto& slot = cache[{rows, in, width, y_stride}];
+  if (!slot) {
+    const dnnl::memory::desc src({rows, in}, dt::bf16, {in, 1});
+    const dnnl::memory::desc weights({in, width}, dt::bf16,
+                                     {1, in});  // the tile [width, in] as W^T
+    const dnnl::memory::desc dst({rows, width}, dt::f32, {y_stride, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst), attr,
+                                          cpu_engine());
+    slot = std::make_shared<const Bf16Matmul>(
+        Bf16Matmul{dnnl::matmul(pd), pd.scratchpad_desc().get_size()});
+  }
+  return slot;
+}
+
+// y [rows, width] = x_bf16 [rows, in] (contiguous) tile_bf16^T, float32 accumulation.
+void gemm_bf16(const Eigen::bfloat16* x, const Eigen::bfloat16* tile, int64_t width, int64_t in,
+               float* y, int64_t y_stride, int64_t rows) {
+  using dt = dnnl::memory::data_type;
+  single_threaded_omp();
+  const std::shared_ptr<const Bf16Matmul> held = bf16_matmul(rows, in, width, y_stride);
+  const Bf16Matmul& mm = *held;
+  thread_local dnnl::stream stream(cpu_engine());
+  thread_local std::vector<uint8_t> scratch;
+  scratch.resize(std::max<size_t>(1, mm.scratch_bytes));
+  auto* xp = const_cast<Eigen::bfloat16*>(x);
+  auto* tp = const_cast<Eigen::bfloat16*>(tile);
+  const dnnl::memory src({{rows, in}, dt::bf16, {in, 1}}, cpu_engine(), xp);
+  const dnnl::memory weights({{in, width}, dt::bf16, {1, in}}, cpu_engine(), tp);
+  const dnnl::memory dst({{rows, width}, dt::f32, {y_stride, 1}}, cpu_engine(), y);
+  const dnnl::memory pad({{static_cast<int64_t>(scratch.size())}, dt::u8, {1}}, cpu_engine(),
+                         scratch.data());
+  mm.primitive.execute(stream, {{DNNL_ARG_SRC, src},
+                                {DNNL_ARG_WEIGHTS, weights},
+                                {DNNL_ARG_DST, dst},
+                                {DNNL_ARG_SCRATCHPAD, pad}});
+  stream.wait();
+}
+#else
+void gemm_f32(const float* x, int64_t x_stride, const float* tile, int64_t width, int64_t in,
+              float* y, int64_t y_stride, int64_t rows) {
+  const Eigen::Map<const RowMatrix, 0, Stride> input(x, rows, in, Stride(x_stride));
+  const ConstMatrixMap w_chunk(tile, width, in);
+  Eigen::Map<RowMatrix, 0, Stride> y_chunk(y, rows, width, Stride(y_stride));
+  y_chunk.noalias() = input * w_chunk.transpose();
+}
+#endif
+
+// The weight rows [begin, begin+width) as float32: in place for a float32 weight, else
+// converted into thread-local scratch that grows to the widest tile and is reused.
+const float* f32_tile(const WeightMatrix& w, int64_t begin, int64_t width) {
+  if (const float* in_place = w.f32_rows(begin)) return in_place;
+  thread_local std::vector<float> scratch;
+  scratch.resize(static_cast<size_t>(width * w.cols()));
+  w.rows_f32(begin, width, scratch.data());
+  return scratch.data();
+}
+
+void add_bias(const float* bias, float* y, int64_t y_stride, int64_t rows, int64_t width) {
+  if (bias == nullptr) return;
+  Eigen::Map<RowMatrix, 0, Stride> y_chunk(y, rows, width, Stride(y_stride));
+  y_chunk.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias, width);
+}
+
+}  // namespace
 
 void linear_tiled_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias,
-                      float* y, int64_t y_stride, int64_t rows, ThreadPool& pool) {
-  using Stride = Eigen::OuterStride<>;
+                      float* y, int64_t y_stride, int64_t rows, ThreadPool& pool,
+                      ComputeDType compute) {
   const int64_t in = w.cols(), out = w.rows();
-  const Eigen::Map<const RowMatrix, 0, Stride> input(x, rows, in, Stride(x_stride));  // [rows, in]
   const int64_t chunk = linear_column_chunk(out, in);
   const int64_t chunks = (out + chunk - 1) / chunk;
+  if (compute == ComputeDType::F32) {
+    pool.parallel_for(chunks, [&](int64_t c) {
+      const int64_t begin = c * chunk, width = std::min(chunk, out - begin);
+      gemm_f32(x, x_stride, f32_tile(w, begin, width), width, in, y + begin, y_stride, rows);
+      add_bias(bias == nullptr ? nullptr : bias + begin, y + begin, y_stride, rows, width);
+    });
+    return;
+  }
+#if defined(CKV_HAVE_DNNL)
+  // x rounded to bf16 once per call (row blocks over the pool; each element's rounding is
+  // the same whoever does it), then each chunk rounds its float32 tile and multiplies.
+  thread_local std::vector<Eigen::bfloat16> x_bf16;  // the calling thread's, [rows, in]
+  x_bf16.resize(static_cast<size_t>(rows * in));
+  Eigen::bfloat16* xb = x_bf16.data();
+  constexpr int64_t kRowsPerTask = 64;
+  pool.parallel_for((rows + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t t) {
+    const int64_t r0 = t * kRowsPerTask, n = std::min(kRowsPerTask, rows - r0);
+    const Eigen::Map<const RowMatrix, 0, Stride> src(x + r0 * x_stride, n, in, Stride(x_stride));
+    Eigen::Map<Eigen::Matrix<Eigen::bfloat16, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+        xb + r0 * in, n, in) = src.cast<Eigen::bfloat16>();
+  });
   pool.parallel_for(chunks, [&](int64_t c) {
     const int64_t begin = c * chunk, width = std::min(chunk, out - begin);
-    const float* tile = w.f32_rows(begin);  // [width, in], in place when the weight is float32
-    if (tile == nullptr) {
-      thread_local std::vector<float> scratch;  // grows to the widest tile, then is reused
-      scratch.resize(static_cast<size_t>(width * in));
-      w.rows_f32(begin, width, scratch.data());
-      tile = scratch.data();
-    }
-    const ConstMatrixMap w_chunk(tile, width, in);  // [width, in]
-    Eigen::Map<RowMatrix, 0, Stride> y_chunk(y + begin, rows, width, Stride(y_stride));
-    y_chunk.noalias() = input * w_chunk.transpose();
-    if (bias != nullptr)
-      y_chunk.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias + begin, width);
+    const float* tile = f32_tile(w, begin, width);
+    thread_local std::vector<Eigen::bfloat16> tile_bf16;
+    tile_bf16.resize(static_cast<size_t>(width * in));
+    Eigen::Map<Eigen::Array<Eigen::bfloat16, Eigen::Dynamic, 1>>(tile_bf16.data(), width * in) =
+        Eigen::Map<const Eigen::ArrayXf>(tile, width * in).cast<Eigen::bfloat16>();
+    gemm_bf16(xb, tile_bf16.data(), width, in, y + begin, y_stride, rows);
+    add_bias(bias == nullptr ? nullptr : bias + begin, y + begin, y_stride, rows, width);
   });
+#else
+  fail<UsageError>(
+      "--compute-dtype bf16: this build has no bf16 GEMM (built without oneDNN; "
+      "install libdnnl-dev and rebuild)");
+#endif
 }
 
-}  // namespace ckv::detail
+}  // namespace detail
+
+}  // namespace ckv

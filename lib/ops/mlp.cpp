@@ -9,7 +9,7 @@ namespace ckv {
 
 void gated_mlp(const Tensor& x, const WeightMatrix& w_gate, const WeightMatrix& w_up,
                const WeightMatrix& w_down, Tensor& y, ThreadPool& pool, Tensor& gate_scratch,
-               Tensor& up_scratch) {
+               Tensor& up_scratch, ComputeDType compute) {
   if (w_gate.shape() != w_up.shape() || w_down.rows() != w_gate.cols() ||
       w_down.cols() != w_gate.rows())
     fail<InputError>("gated_mlp: gate {}, up {}, down {} do not fit together",
@@ -22,11 +22,11 @@ void gated_mlp(const Tensor& x, const WeightMatrix& w_gate, const WeightMatrix& 
   const Tensor no_bias;
   for (int64_t begin = 0; begin < rows; begin += kLinearRowChunk) {
     const int64_t count = std::min(kLinearRowChunk, rows - begin);
-    linear_rows(x, begin, count, w_gate, no_bias, gate_scratch, pool);  // [count, d_ff]
-    linear_rows(x, begin, count, w_up, no_bias, up_scratch, pool);      // [count, d_ff]
+    linear_rows(x, begin, count, w_gate, no_bias, gate_scratch, pool, compute);  // [count, d_ff]
+    linear_rows(x, begin, count, w_up, no_bias, up_scratch, pool, compute);      // [count, d_ff]
     detail::silu_mul_cpu(gate_scratch.data(), up_scratch.data(), gate_scratch.numel(), pool);
     detail::linear_cpu(gate_scratch.data(), d_ff, w_down, nullptr, y.data() + begin * d_model, d_model,
-                       count, pool);  // y rows [begin, begin+count)
+                       count, pool, compute);  // y rows [begin, begin+count)
   }
 }
 

@@ -2,6 +2,7 @@
 // The SiLU-gated MLP of llama and qwen2: y = down(silu(gate(x)) * up(x)).
 #include "core/tensor.h"
 #include "io/weight_matrix.h"
+#include "ops/linear.h"
 
 namespace ckv {
 
@@ -13,7 +14,7 @@ class ThreadPool;
 // [rows, d_ff] (4 GiB at 32K tokens of an 8B model).
 void gated_mlp(const Tensor& x, const WeightMatrix& w_gate, const WeightMatrix& w_up,
                const WeightMatrix& w_down, Tensor& y, ThreadPool& pool, Tensor& gate_scratch,
-               Tensor& up_scratch);
+               Tensor& up_scratch, ComputeDType compute = ComputeDType::F32);
 // The same with float32 weights (tests).
 void gated_mlp(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down,
                Tensor& y, ThreadPool& pool, Tensor& gate_scratch, Tensor& up_scratch);

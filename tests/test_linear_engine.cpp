@@ -1,0 +1,228 @@
+// The tiled (prefill) GEMM engine of ops/linear in this build (oneDNN when libdnnl-dev was
+// found, else Eigen; docs/PERF.md "Prefill GEMM engine") and --compute-dtype bf16:
+//  - float32: within float32's rounding of a double-precision product, for every stored
+//    dtype, and bit-identical whatever the pool size (1, 2, 3 threads);
+//  - bf16: within the bound that bf16's 8 significant bits give (below), really rounded
+//    (not float32 in disguise), bit-identical across pool sizes; refused with a UsageError
+//    by a build without oneDNN;
+//  - the default model: logits and every layer bit-identical across --threads 1/2/3 in both
+//    compute dtypes, and bf16 logits within a stated tolerance of float32's.
+#include <gtest/gtest.h>
+
+#include <Eigen/Core>
+#include <bit>
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "io/weight_matrix.h"
+#include "logits_util.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "ops/linear.h"
+#include "random_blocks.h"
+
+namespace ckv {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kF32Unit = 0x1p-24;  // float32 unit roundoff
+constexpr double kBf16Unit = 0x1p-8;  // bfloat16 unit roundoff: 8 significant bits, nearest even
+
+Tensor random_rows(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  Tensor x({rows, cols});
+  for (float& v : x.span()) v = n(rng);
+  return x;
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float p, float q) {
+           return std::bit_cast<uint32_t>(p) == std::bit_cast<uint32_t>(q);
+         });
+}
+
+float to_bf16(float v) {
+  return static_cast<float>(Eigen::bfloat16(v));
+}
+
+constexpr DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16,
+                            DType::Q8_0, DType::Q4_1, DType::Q4_K};
+
+int64_t cols_of(DType t) {
+  return t == DType::Q4_K ? 512 : 32 * 19;
+}
+
+std::vector<ComputeDType> available_computes() {
+  std::vector<ComputeDType> c{ComputeDType::F32};
+  if (compute_dtype_available(ComputeDType::BF16)) c.push_back(ComputeDType::BF16);
+  return c;
+}
+
+// y = x W^T + b against a double-precision sum: float32 within (in+1) u |x||W| (any order of
+// summation); bf16 within the rounding of x and W to 8 bits plus the float32 sum of the
+// rounded products (exact in float32: 8 x 8 significant bits fit in 24):
+//   |y - y_exact| <= (2 u_bf16 + u_bf16^2) S + (in+1) u_f32 (1 + u_bf16)^2 S,   S = sum |x_i w_i| +
+//   |b|
+// and, against the double sum of the bf16-rounded x and W themselves, within the float32 sum
+// term alone, which a float32 product (no rounding of x and W) would break.
+TEST(LinearEngine, WithinTheRoundingOfEachComputeDtype) {
+  const int64_t out = 211,
+                rows = 37;  // several column chunks, the last one short; > kLinearFewRows
+  ThreadPool pool(2);
+  for (const ComputeDType compute : available_computes())
+    for (const DType t : kTypes) {
+      SCOPED_TRACE(std::string(compute_dtype_name(compute)) + " " + std::string(dtype_name(t)));
+      const int64_t in = cols_of(t);
+      const std::vector<uint8_t> bytes = random_blocks(t, out, in, 41);
+      const WeightMatrix w = WeightMatrix::view(t, out, in, bytes, nullptr);
+      const Tensor dense = w.to_f32(), bias = random_rows(1, out, 42),
+                   x = random_rows(rows, in, 43);
+      std::vector<float> y(static_cast<size_t>(rows * out));
+      detail::linear_tiled_cpu(x.data(), in, w, bias.data(), y.data(), out, rows, pool, compute);
+      double beyond_f32_sum = 0;  // the largest |y - exact| in units of the float32 sum's bound
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = 0; o < out; ++o) {
+          const float b = bias.data()[o];
+          double exact = b, rounded = b, magnitude = std::abs(b);
+          for (int64_t i = 0; i < in; ++i) {
+            const float xv = x.data()[r * in + i], wv = dense.data()[o * in + i];
+            exact += double{xv} * wv;
+            rounded += double{to_bf16(xv)} * to_bf16(wv);
+            magnitude += std::abs(double{xv} * wv);
+          }
+          const double got = y[static_cast<size_t>(r * out + o)];
+          const double sum_bound = (in + 1) * kF32Unit * magnitude;
+          if (compute == ComputeDType::F32) {
+            EXPECT_LE(std::abs(got - exact), sum_bound) << r << " " << o;
+          } else {
+            const double grow = (1 + kBf16Unit) * (1 + kBf16Unit);
+            EXPECT_LE(std::abs(got - exact),
+                      (2 * kBf16Unit + kBf16Unit * kBf16Unit) * magnitude + sum_bound * grow)
+                << r << " " << o;
+            EXPECT_LE(std::abs(got - rounded), sum_bound * grow) << r << " " << o;
+            beyond_f32_sum = std::max(beyond_f32_sum, std::abs(got - exact) / sum_bound);
+          }
+        }
+      // bf16 really rounds x and W: somewhere the error exceeds what float32 sums allow.
+      if (compute == ComputeDType::BF16) {
+        EXPECT_GT(beyond_f32_sum, 1.0);
+      }
+    }
+}
+
+// Each column chunk is one single-threaded GEMM on one pool thread (oneDNN's OpenMP team
+// held at one thread), so the pool size changes nothing, bit for bit.
+TEST(LinearEngine, TiledPathIndependentOfThreadsBitForBit) {
+  ThreadPool one(1), two(2), three(3);
+  for (const ComputeDType compute : available_computes())
+    for (const DType t : {DType::F32, DType::Q4_1, DType::BF16}) {
+      SCOPED_TRACE(std::string(compute_dtype_name(compute)) + " " + std::string(dtype_name(t)));
+      const int64_t in = cols_of(t), out = 600;
+      const std::vector<uint8_t> bytes = random_blocks(t, out, in, 51);
+      const WeightMatrix w = WeightMatrix::view(t, out, in, bytes, nullptr);
+      const Tensor x = random_rows(300, in, 52), bias = random_rows(1, out, 53);
+      for (const int64_t rows : {int64_t{1}, int64_t{9}, int64_t{300}}) {
+        SCOPED_TRACE(rows);
+        Tensor y1, y2, y3;
+        linear_rows(x, 0, rows, w, bias, y1, one, compute);
+        linear_rows(x, 0, rows, w, bias, y2, two, compute);
+        linear_rows(x, 0, rows, w, bias, y3, three, compute);
+        EXPECT_TRUE(same_bits(y1.span(), y2.span()));
+        EXPECT_TRUE(same_bits(y1.span(), y3.span()));
+      }
+    }
+}
+
+TEST(LinearEngine, Bf16RefusedByABuildWithoutOneDnn) {
+  EXPECT_TRUE(compute_dtype_available(ComputeDType::F32));
+  EXPECT_EQ(compute_dtype_available(ComputeDType::BF16), gemm_engine_name() == "onednn");
+  if (compute_dtype_available(ComputeDType::BF16))
+    GTEST_SKIP() << "this build has oneDNN's bf16 matmul";
+  const Tensor x = random_rows(16, 64, 1), w = random_rows(32, 64, 2);
+  ThreadPool pool(1);
+  Tensor y;
+  EXPECT_THROW(linear(x, WeightMatrix::borrow(w), Tensor(), y, pool, ComputeDType::BF16),
+               UsageError);
+  const Model m = load_model(fs::path(CKV_TEST_DATA_DIR) / "models/tiny_llama_gqa");
+  try {
+    Forward f(m, {.threads = 1, .compute = ComputeDType::BF16});
+    ADD_FAILURE() << "a Forward in bf16 was made without oneDNN";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("built without oneDNN"), std::string::npos) << e.what();
+  }
+}
+
+fs::path default_model() {
+  return fs::path(CKV_SOURCE_DIR) / "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+// The real model in both compute dtypes: logits of a 300-token prefill (rows > kLinearFewRows,
+// the lm_head in its narrowed chunks) bit-identical across 1, 2 and 3 threads.
+TEST(LinearEngine, DefaultModelIndependentOfThreadsBitForBit) {
+  if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " absent";
+  const Model model = load_model(default_model());
+  const std::vector<int32_t> tokens = test::random_tokens(300, model.config.vocab, 11);
+  ForwardRequest req;
+  req.logit_rows = {0, 150, 299};
+  for (const ComputeDType compute : available_computes()) {
+    SCOPED_TRACE(std::string(compute_dtype_name(compute)));
+    const Tensor base = Forward(model, {.threads = 1, .compute = compute}).run(tokens, req).logits;
+    for (const int threads : {2, 3})
+      EXPECT_TRUE(same_bits(
+          Forward(model, {.threads = threads, .compute = compute}).run(tokens, req).logits.span(),
+          base.span()))
+          << threads;
+  }
+}
+
+// bf16 against float32 on the default model (30 layers of 7 linear layers, and the lm_head).
+// Rounding to bf16 errs by at most u = 2^-8 of a value (RMS u/sqrt(3) for uniform rounding
+// errors); a linear layer's output, with its input and weight both rounded, by about
+// sqrt(2/3) u of its magnitude (RMS; errors of random sign add in quadrature like the terms).
+// The network does not amplify that much: measured on README text (docs/PERF.md), the logits'
+// RMS error is 1.1 u of their RMS and the largest error 2.6-3.1 u of its row's logit range.
+// Stated tolerance: RMS error <= 4 u = 2^-6 of the logits' RMS, and every row's largest error
+// <= 8 u = 2^-5 of that row's range (max - min logit). A float32 run in disguise fails the
+// second check below (the error would be 0).
+TEST(LinearEngine, DefaultModelBf16LogitsNearFloat32) {
+  if (!compute_dtype_available(ComputeDType::BF16)) GTEST_SKIP() << "built without oneDNN";
+  if (!fs::exists(default_model())) GTEST_SKIP() << default_model() << " absent";
+  const Model model = load_model(default_model());
+  const std::vector<int32_t> tokens = test::random_tokens(200, model.config.vocab, 12);
+  ForwardRequest req;
+  req.logit_rows = {10, 100, 150, 199};
+  const Tensor f32 = Forward(model, {.threads = 2}).run(tokens, req).logits;
+  const Tensor bf16 =
+      Forward(model, {.threads = 2, .compute = ComputeDType::BF16}).run(tokens, req).logits;
+  const int64_t vocab = f32.dim(1);
+  double sum_sq = 0, sum_sq_diff = 0, worst_of_range = 0;
+  for (int64_t r = 0; r < f32.dim(0); ++r) {
+    const std::span<const float> a =
+        f32.span().subspan(static_cast<size_t>(r * vocab), static_cast<size_t>(vocab));
+    const std::span<const float> b =
+        bf16.span().subspan(static_cast<size_t>(r * vocab), static_cast<size_t>(vocab));
+    const auto [lo, hi] = std::minmax_element(a.begin(), a.end());
+    double worst = 0;
+    for (size_t j = 0; j < a.size(); ++j) {
+      const double d = double{b[j]} - a[j];
+      sum_sq += double{a[j]} * a[j];
+      sum_sq_diff += d * d;
+      worst = std::max(worst, std::abs(d));
+    }
+    worst_of_range = std::max(worst_of_range, worst / (double{*hi} - *lo));
+  }
+  const double rms = std::sqrt(sum_sq_diff / sum_sq);
+  RecordProperty("rms_error_over_u", std::to_string(rms / kBf16Unit));
+  RecordProperty("max_error_of_range_over_u", std::to_string(worst_of_range / kBf16Unit));
+  EXPECT_LE(rms, 4 * kBf16Unit);
+  EXPECT_LE(worst_of_range, 8 * kBf16Unit);
+  EXPECT_GT(rms, kBf16Unit / 8);  // it does compute in bf16
+}
+
+}  // namespace
+}  // namespace ckv
