@@ -108,7 +108,10 @@ echo
 echo "== Table 9 / Figure 4, first-decode / prompt: every criticalkv(X) vs X, every nu_min reading (the paper's row first)"
 "$PY" -m analysis.paper "$OUT/bound.h5" --budgets 10%,20%,40% --json "$OUT/table9.json"
 echo "== Every method beside snapkv (first-decode / prompt, all 8 x 270 heads)"
-"$PY" - "$OUT/bound.h5" $(ls "$OUT"/check_*.json 2>/dev/null) <<'EOF'
+shopt -s nullglob
+checks=("$OUT"/check_*.json)
+shopt -u nullglob
+"$PY" - "$OUT/bound.h5" "${checks[@]}" <<'EOF'
 import json
 import sys
 
