@@ -4,7 +4,7 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET=60] [TARGET...]
 # Targets (fuzz/CMakeLists.txt), all by default:
 #   parsers  gguf safetensors safetensors_index config_json tokenizer_gguf tokenize_text
-#   inputs   records selection_file cli
+#   inputs   records selection_file headkv_profile cli
 #   outputs  h5_info h5_merge h5_bound_dump h5_mutate
 # The parsers' corpora are seeded from the small valid files in tests/data; the others'
 # from real ckv runs by scripts/fuzz_corpus.sh (run here when fuzz/corpus/templates is
@@ -16,7 +16,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 seconds=${1:-60}
 shift || true
 targets=("$@")
-all=(gguf safetensors safetensors_index config_json tokenizer_gguf tokenize_text records selection_file cli
+all=(gguf safetensors safetensors_index config_json tokenizer_gguf tokenize_text records selection_file headkv_profile cli
      h5_info h5_merge h5_bound_dump h5_mutate)
 ((${#targets[@]})) || targets=("${all[@]}")
 for t in "${targets[@]}"; do
@@ -28,7 +28,7 @@ jobs=${CKV_FUZZ_BUILD_JOBS:-2}
 cmake -S "$root" -B "$build" -DCKV_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
   -DCKV_CUDA=OFF -DCKV_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j "$jobs" --target $(printf 'fuzz_%s ' "${targets[@]}") >/dev/null
-if [[ ! -d $root/fuzz/corpus/templates ]] && [[ " ${targets[*]} " =~ \ (records|selection_file|cli|h5_[a-z_]+)\  ]]; then
+if [[ ! -d $root/fuzz/corpus/templates ]] && [[ " ${targets[*]} " =~ \ (records|selection_file|headkv_profile|cli|h5_[a-z_]+)\  ]]; then
   "$root/scripts/fuzz_corpus.sh"
 fi
 

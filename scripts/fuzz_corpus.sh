@@ -9,6 +9,7 @@
 #   h5_info/ h5_merge/ h5_bound_dump/ h5_mutate/   seeds of each target
 #   records/        JSONL batches with spans (`ckv niah` output and hand-written edge cases)
 #   selection_file/ selection files of both formats (mask's and bound's)
+#   headkv_profile/ HeadKV profiles: the committed one of the default model and tiny-model ones
 #   cli/, cli.dict  argv of typical commands (NUL-separated words) and every flag name
 #   scripts/fuzz_corpus.sh          (needs $CKV_BINARY, else build/ckv)
 set -euo pipefail
@@ -20,7 +21,7 @@ tiny=$root/tests/data/loaders/tiny_llama.gguf  # 2 layers, 4 heads, 2 KV heads, 
 corpus=$root/fuzz/corpus
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$corpus"/{templates,h5_info,h5_merge,h5_bound_dump,h5_mutate,records,selection_file,cli}
+mkdir -p "$corpus"/{templates,h5_info,h5_merge,h5_bound_dump,h5_mutate,records,selection_file,headkv_profile,cli}
 t=$corpus/templates
 run() { "$ckv" -q "$@" >/dev/null; }
 
@@ -74,6 +75,15 @@ sf=$corpus/selection_file
 echo '{"format": "ckv.selection", "format_version": 1, "c": 20, "layers": {"0": {"kept": [[0, 1, 5, 19], [2, 3]]}, "1": {"evicted": [[4, 5], []]}}}' >"$sf/mask.json"
 echo '{"0": [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]], "1": [[10, 11, 12, 13, 14], [15, 16, 17, 18, 19]]}' >"$sf/bound.json"
 echo '{"0": [[0], [1]]}' >"$sf/bound-one.json"
+
+# --- HeadKV profiles (--headkv-profile) ----------------------------------------------------
+hp=$corpus/headkv_profile
+cp "$root/data/headkv/SmolLM2-135M-Instruct.retrieval.json" "$hp/default.json"
+echo '{"format": "ckv.headkv_profile", "format_version": 1, "score": "retrieval", "n_layer": 2, "n_head": 4, "scores": [[0.5, 0, 0.25, 1], [0, 0, 0.125, 0]]}' >"$hp/tiny-query-heads.json"
+echo '{"format": "ckv.headkv_profile", "format_version": 1, "n_layer": 2, "n_head": 2, "scores": [[1e-300, 2], [3.5, 1e300]]}' >"$hp/tiny-kv-heads.json"
+if [[ -f $model ]] && [[ -f $corpus/records/niah.jsonl ]]; then
+  run profile -m "$model" -i "$corpus/records/niah.jsonl" -o "$hp/default-niah.json" --force || true
+fi
 
 # --- command lines -------------------------------------------------------------------------
 argv() { local name=$1; shift; printf '%s\0' "$@" >"$corpus/cli/$name"; }

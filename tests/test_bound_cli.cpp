@@ -286,6 +286,12 @@ TEST(BoundCli, HeadKvInBoundAndCheck) {
            {"--methods headkv --headkv-profile " + headkv_profile("[[1, 2, 3, 4], [1, \"x\", 3, 4]]"), 1,
             "is not a finite score"},
            {"--methods headkv --headkv-profile " + headkv_profile("[[0, 0, 0, 0], [0, 0, 0, 0]]"), 1, "every head scores 0"},
+           // Found reading the allocation for fuzz_headkv_profile: a sum that overflows to inf
+           // made every share 0/inf, and shares ^ a large temp that all underflow made them 0/0
+           // (NaN cast to int64).
+           {"--methods headkv --headkv-profile " + headkv_profile("[[1e308, 1e308, 1e308, 1e308], [1, 2, 3, 4]]"), 1,
+            "scale them down"},
+           {"--methods headkv --headkv-temp 2000 --headkv-profile " + profile, 1, "underflows to 0"},
            {"--methods headkv --headkv-profile " + headkv_profile("[[1, 2, 3, 4], [1, 2, 3, 4]], \"oops\""), 1,
             "not valid JSON"}}) {
     const CliRun bad = run("bound " + common + flags + " -o " + tmp_prefix("headkv_bad") + " --force");

@@ -65,7 +65,7 @@ void register_bound(CLI::App& app, GlobalOptions& g) {
   add_analysis_options(*cmd, o->a);
   cmd->add_option("--methods", o->methods,
                   "Comma list of attn, snapkv, h2o, streaming, file, oracle, defensivekv, layer-defensivekv, pyramidkv, duoattention, "
-                  "adakv(BASE), criticalkv(BASE), criticalkv(adakv(BASE))")->capture_default_str();
+                  "expectedattention, headkv, obcache, adakv(BASE), criticalkv(BASE), criticalkv(adakv(BASE))")->capture_default_str();
   cmd->add_option("--alpha", o->alpha, "criticalkv stage-1 share of the budget (the paper's experiments: 0.5)")->capture_default_str();
   cmd->add_flag("--oracle", o->oracle, "Add the greedy oracle on the actual L (MATH.md §4)");
   cmd->add_option("--oracle-max-n", o->oracle_max_n, "Skip the oracle (NaN) for contexts longer than this")->capture_default_str();

@@ -465,7 +465,8 @@ void register_mask(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--span-name", o->span_name, "Evict the record's named span (needle)");
   cmd->add_option("--selection-file", o->selection_file, "Evict per a selection JSON (docs/MASK.md)");
   cmd->add_option("--method", o->method, "Evict by a selection method run in the pass: attn, snapkv, h2o, "
-                  "streaming, defensivekv, layer-defensivekv, pyramidkv, duoattention, adakv(X), criticalkv(X)");
+                  "streaming, defensivekv, layer-defensivekv, pyramidkv, duoattention, expectedattention, headkv, "
+                  "obcache, adakv(X), criticalkv(X)");
   cmd->add_option("--compare", o->compare, "With --method: also evict by this method at the same --budget (a run "
                   "named 'compare') and print both per-layer perturbations side by side, e.g. --method snapkv "
                   "--compare 'criticalkv(snapkv)' (the paper's Figure 5)");

@@ -54,6 +54,8 @@ std::vector<std::vector<double>> read_headkv_profile(const std::filesystem::path
     out.push_back(std::move(r));
   }
   if (!(total > 0)) fail<InputError>("{}: every head scores 0: nothing to allocate by", f);
+  // The allocation divides by the sum: one that overflows to inf would make every share 0/inf.
+  if (!std::isfinite(total)) fail<InputError>("{}: the scores sum beyond the range of a double; scale them down", f);
   return out;
 }
 
@@ -107,6 +109,10 @@ std::vector<int64_t> headkv_budgets(const std::vector<std::vector<double>>& kv_s
       hat.push_back(std::pow(x / total, params.headkv_temp));
       total_t += hat.back();
     }
+  // With a large --headkv-temp every share^temp can underflow to 0 (0/0 shares below).
+  if (!(total_t > 0))
+    fail<InputError>("--headkv-profile: every normalised score ^ --headkv-temp {} underflows to 0; use a smaller temp",
+                     params.headkv_temp);
   const double share = python_floordiv(static_cast<double>(base), params.headkv_beta);
   const double pool = share * static_cast<double>(n_layer * n_kv);
   const double min_num = static_cast<double>(base) - share;
