@@ -10,7 +10,8 @@
 // implementation of its code's allocation: tests/data/kvpress/headkv_v1.h5
 // (tests/reference/make_headkv_goldens.py); its retrieval-score profile on constructed cases.
 // OBCache on SnapKV's window against a NumPy implementation of its scores:
-// tests/data/kvpress/obcache_v1.h5 (tests/reference/make_obcache_goldens.py).
+// tests/data/kvpress/obcache_v1.h5 (tests/reference/make_obcache_goldens.py). Both on
+// synthetic tensors, tiny_llama_gqa and the default model.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -378,7 +379,8 @@ TEST(MethodsGolden, HeadKvMatchesReference) {
       }
     }
   }
-  EXPECT_EQ(compared, (2 * 2 * 3) + (1 * 2 * 3) + (3 * 2 * 3));
+  // synthetic GQA 2 layers, MHA 1, tiny_llama_gqa 2, default model 3; 2 settings, 3 budgets.
+  EXPECT_EQ(compared, (2 * 2 * 3) + (1 * 2 * 3) + (2 * 2 * 3) + (3 * 2 * 3));
   EXPECT_GE(uneven, 40);  // the per-head budgets differ from the uniform one
 }
 
@@ -476,7 +478,7 @@ TEST(MethodsGolden, ObcacheMatchesReference) {
       }
     }
   }
-  EXPECT_EQ(compared, (2 + 1 + 3) * 3 * 3);
+  EXPECT_EQ(compared, (2 + 1 + 2 + 3) * 3 * 3);  // layers: synthetic 2 + 1, tiny 2, default 3
   EXPECT_NE(by_score["joint"], by_score["key"]);
   EXPECT_NE(by_score["joint"], by_score["value"]);
 }

@@ -20,9 +20,13 @@ adaptation to GQA (the code runs per query head on repeated keys; ckv selects pe
     pool; the code would slice with negative capacities) ckv keeps the last b entries.
 
 Cases: synthetic GQA (4 layers of which 0 and 3 are stored, a query-head profile), MHA (a
-KV-head-width profile), each under two (beta, temp) settings, and the default model's
-layers 0, 15, 29 (q/k recorded by `ckv dump`, f16) with the committed profile
-data/headkv/SmolLM2-135M-Instruct.retrieval.json, on a text no other test uses.
+KV-head-width profile), each under two (beta, temp) settings; the tiny GQA model
+tests/data/models/tiny_llama_gqa (2 layers, 4/2 heads, both layers, on the first 230 bytes of
+TEXT as token ids) with a fixed KV-head-width profile [2, 2] drawn here (uniform on
+[0.05, 1), seed TINY_PROFILE_SEED; not a profile ckv computed, so the allocation is checked
+on numbers independent of ckv); and the default model's layers 0, 15, 29 (q/k recorded by
+`ckv dump`, f16) with the committed profile data/headkv/SmolLM2-135M-Instruct.retrieval.json,
+on a text no other test uses.
 
 Layout:
     /               attrs: format_version, generator, headkv_commit
@@ -44,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests/data/kvpress/headkv_v1.h5"
 PROFILE = ROOT / "data/headkv/SmolLM2-135M-Instruct.retrieval.json"
 HEADKV_COMMIT = "3ec96530a9fd2063d8c3254be38534934ef90d9c"
+TINY_PROFILE_SEED = 20261217  # the tiny model's fixed [n_layer, n_kv_head] profile
 TEXT = (
     "The glassblowers of Saint-Aubrac work only in the cool hours before sunrise, because the "
     "furnace heats the narrow street until the cobbles shimmer. Their guild hall keeps a single "
@@ -126,13 +131,21 @@ def write_case(f, name, layers, profile, c, n, w, kernel, budgets, n_layer, sour
                 [kept(q, k, profile, l, c, w, kernel, b, beta, temp) for b in budgets])
 
 
-def dumped(model, layers, text, workdir):
+def dumped(model, layers, tokens_or_text, workdir, name):
+    """q/k of `layers` by `ckv dump` (f16) on a text, or on a list of token ids."""
     ckv = os.environ.get("CKV_BINARY", str(ROOT / "build/ckv"))
-    out = Path(workdir) / "default.h5"
-    txt = Path(workdir) / "default.txt"
-    txt.write_text(text)
-    subprocess.check_call([ckv, "-q", "dump", "--model", model, "--what", "q,k", "--dtype", "f16", "--layers",
-                           ",".join(map(str, layers)), "-o", str(out), "--force", "--prompt-file", str(txt)])
+    out = Path(workdir) / f"{name}.h5"
+    args = [ckv, "-q", "dump", "--model", model, "--what", "q,k", "--dtype", "f16", "--layers",
+            ",".join(map(str, layers)), "-o", str(out), "--force"]
+    if isinstance(tokens_or_text, list):
+        tok = Path(workdir) / f"{name}.tokens"
+        tok.write_text(" ".join(map(str, tokens_or_text)))
+        args += ["--tokens", str(tok)]
+    else:
+        txt = Path(workdir) / f"{name}.txt"
+        txt.write_text(tokens_or_text)
+        args += ["--prompt-file", str(txt)]
+    subprocess.check_call(args)
     with h5py.File(out) as f:
         rec = f["records"][list(f["records"].keys())[0]]
         return {l: (rec[f"layers/{l}/q"][:], rec[f"layers/{l}/k"][:]) for l in layers}
@@ -159,8 +172,15 @@ def main():
         # MHA 3/3, 2 layers, a KV-width profile; budget 10 < window (no pool: b each, as snapkv).
         write_case(f, "synthetic_mha", {1: syn(3, 3, 8, 200, 2.0)}, rng.uniform(0.1, 1, (2, 3)),
                    200, 200, 16, 7, [10, 60, 190], 2, "synthetic")
+        # The tiny GQA model (byte-level vocabulary of 256): TEXT's bytes as token ids, a fixed
+        # random KV-head-width profile (its own generator, so the cases above stay as they were).
+        tiny_profile = np.random.default_rng(TINY_PROFILE_SEED).uniform(0.05, 1, (2, 2))
+        toks = list(TEXT.encode("ascii"))[:230]
+        write_case(f, "tiny_llama_gqa", dumped(str(ROOT / "tests/data/models/tiny_llama_gqa"), [0, 1], toks, work, "tiny"),
+                   tiny_profile, 224, 230, 32, 7, [40, 64, 100], 2,
+                   f"models/tiny_llama_gqa, the first 230 bytes of TEXT, profile uniform [0.05, 1) seed {TINY_PROFILE_SEED}")
         profile = json.loads(PROFILE.read_text())
-        layers = dumped(str(ROOT / "models/SmolLM2-135M-Instruct.Q4_1.gguf"), [0, 15, 29], TEXT, work)
+        layers = dumped(str(ROOT / "models/SmolLM2-135M-Instruct.Q4_1.gguf"), [0, 15, 29], TEXT, work, "default")
         n = next(iter(layers.values()))[0].shape[1]
         c = n - 6
         write_case(f, "default_model", layers, profile["scores"], c, n, 32, 7, [40, 64, 100], 30,

@@ -18,9 +18,11 @@ then SnapKV's treatment (ckv's snapkv pipeline): pooled over the prefix per quer
 head's query heads, the window scored max + 1; the top b per KV head kept (ties: the lower
 position).
 
-Cases: synthetic GQA 4/2 (window 16, max pool 7), MHA 3/3 (window 8, avg pool 5) and the
-default model's layers 0, 15, 29 (q/k/v by `ckv dump`, f16; window 32, max pool 7), on a
-text no other test uses; the three scores; three budgets each.
+Cases: synthetic GQA 4/2 (window 16, max pool 7), MHA 3/3 (window 8, avg pool 5), the tiny
+GQA model tests/data/models/tiny_llama_gqa (4/2 heads, both layers, on the first 230 bytes of
+TEXT as token ids; window 32, max pool 7) and the default model's layers 0, 15, 29 (q/k/v
+by `ckv dump`, f16; window 32, max pool 7), on a text no other test uses; the three scores;
+three budgets each.
 
 Layout:
     /               attrs: format_version, generator
@@ -110,13 +112,21 @@ def write_case(f, name, layers, c, n, w, kernel, how, budgets, source):
             lg[f"kept/{kind}"] = kept(q, k, v, c, w, kernel, how, kind, budgets)
 
 
-def dumped(model, layers, text, workdir):
+def dumped(model, layers, tokens_or_text, workdir, name):
+    """q/k/v of `layers` by `ckv dump` (f16) on a text, or on a list of token ids."""
     ckv = os.environ.get("CKV_BINARY", str(ROOT / "build/ckv"))
-    out = Path(workdir) / "default.h5"
-    txt = Path(workdir) / "default.txt"
-    txt.write_text(text)
-    subprocess.check_call([ckv, "-q", "dump", "--model", model, "--what", "q,k,v", "--dtype", "f16", "--layers",
-                           ",".join(map(str, layers)), "-o", str(out), "--force", "--prompt-file", str(txt)])
+    out = Path(workdir) / f"{name}.h5"
+    args = [ckv, "-q", "dump", "--model", model, "--what", "q,k,v", "--dtype", "f16", "--layers",
+            ",".join(map(str, layers)), "-o", str(out), "--force"]
+    if isinstance(tokens_or_text, list):
+        tok = Path(workdir) / f"{name}.tokens"
+        tok.write_text(" ".join(map(str, tokens_or_text)))
+        args += ["--tokens", str(tok)]
+    else:
+        txt = Path(workdir) / f"{name}.txt"
+        txt.write_text(tokens_or_text)
+        args += ["--prompt-file", str(txt)]
+    subprocess.check_call(args)
     with h5py.File(out) as f:
         rec = f["records"][list(f["records"].keys())[0]]
         return {l: tuple(rec[f"layers/{l}/{x}"][:] for x in "qkv") for l in layers}
@@ -137,7 +147,11 @@ def main():
         write_case(f, "synthetic_gqa", {0: syn(4, 2, 16, 210, 1.5), 1: syn(4, 2, 16, 210, 3.0)},
                    200, 210, 16, 7, "max", [30, 60, 120], "synthetic")
         write_case(f, "synthetic_mha", {0: syn(3, 3, 8, 150, 2.0)}, 150, 150, 8, 5, "avg", [20, 45, 90], "synthetic")
-        layers = dumped(str(ROOT / "models/SmolLM2-135M-Instruct.Q4_1.gguf"), [0, 15, 29], TEXT, work)
+        # The tiny GQA model (byte-level vocabulary of 256): TEXT's bytes as token ids.
+        toks = list(TEXT.encode("ascii"))[:230]
+        write_case(f, "tiny_llama_gqa", dumped(str(ROOT / "tests/data/models/tiny_llama_gqa"), [0, 1], toks, work, "tiny"),
+                   224, 230, 32, 7, "max", [40, 64, 100], "models/tiny_llama_gqa, the first 230 bytes of TEXT")
+        layers = dumped(str(ROOT / "models/SmolLM2-135M-Instruct.Q4_1.gguf"), [0, 15, 29], TEXT, work, "default")
         n = next(iter(layers.values()))[0].shape[1]
         c = n - 6
         write_case(f, "default_model", layers, c, n, 32, 7, "max", [40, 64, 100],
