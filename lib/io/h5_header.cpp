@@ -1,0 +1,405 @@
+// The guard in front of libhdf5's decoding of attribute messages.
+//
+// Why: libhdf5 1.10.8 decodes an attribute message (H5O__attr_decode; every H5Aexists,
+// H5Aopen, H5Aiterate, H5Adelete and H5Acreate walks all attribute messages of the object)
+// trusting every length in it: it copies the name with strdup wherever its NUL is, decodes
+// the datatype and dataspace wherever they end, and copies as many data bytes as the
+// datatype's size times the dataspace's elements claim, from the header chunk's buffer or
+// past it. A damaged header therefore reads out of bounds inside HDF5 (ASan: heap-buffer-
+// overflow in H5MM_xstrdup, heap-use-after-free in memcpy), where no return code helps.
+// Found by fuzz/fuzz_h5_info and fuzz_h5_bound_dump.
+//
+// What check_attr_messages does, before ckv's first attribute call on an object: asks HDF5
+// for the object's address (H5Oget_info2 with H5O_INFO_BASIC, which reads the header's
+// message types, not their contents), reads the header from the file itself (the sec2
+// driver's descriptor, detail::find_damage_on_disk) and checks it as the HDF5 File Format
+// Specification Version 3.0 (libhdf5 1.10's) lays it out, every offset and length against
+// the bytes it lies in:
+//  * IV.A.1.a / IV.A.1.b: the version 1 prefix (16 bytes, chunk 0 after it) or the
+//    version 2 prefix ("OHDR", flags, optional times and phase-change values, a 1-8 byte
+//    chunk size) with its Jenkins lookup3 checksum (libhdf5's H5_checksum_metadata); the
+//    messages of every chunk (v1: 8-byte message headers tiling the chunk; v2: 4 or 6 bytes,
+//    a gap shorter than one at the end), each inside its chunk.
+//  * IV.A.2.q: continuation messages, followed to chunks inside the file ("OCHK" and a
+//    checksum for v2), each chunk once, at most kMaxChunks and kMaxHeaderBytes in all.
+//  * IV.A.2.m: every attribute message (versions 1-3): the name, datatype and dataspace
+//    sizes (padded to 8 bytes in version 1) inside the message, the name's only NUL at its
+//    stored length, no shared datatype or dataspace, and the data size that the datatype
+//    times the dataspace implies inside what is left of the message.
+//  * IV.A.2.d: the attribute's datatype, read within its stored size as
+//    H5O_dtype_decode_helper reads it: version 1-3, a non-zero size, the properties of
+//    integer, float, time, string, bitfield, opaque, enumeration (member names ending inside
+//    the type, values of the integer base type) and variable-length types (of the size HDF5
+//    stores: a 4-byte length and a heap ID), bit fields inside the element. Compound, array
+//    and reference types, which ckv never writes, are refused.
+//  * IV.A.2.b: the attribute's dataspace (versions 1-2, rank <= 32, a known type, the
+//    dimensions inside its stored size, a product that does not overflow).
+//  * IV.A.2.v: attribute info messages: attributes in dense storage (a fractal heap, only
+//    in version 2 headers) are refused, as this check does not read fractal heaps. ckv
+//    writes version 1 headers, and version 2 ones (HDF5's choice in a file reopened for
+//    --resume) with all attributes in the header (detail::keep_attributes_compact); earlier
+//    versions let HDF5 move the 10 attributes of such a record into a fractal heap.
+// Any violation is a FormatError naming the file and object. An object passes once per
+// open file (its header in HDF5's cache was decoded from the bytes checked); objects ckv
+// creates are not checked (trust_new_object: HDF5 wrote them). In a file open for writing
+// a failed check is repeated after a flush, as the heap check does.
+//
+// Not guarded: the other messages HDF5 decodes when ckv opens a dataset (its datatype,
+// layout, filters), which libhdf5 1.10.8 reads with the same trust.
+#include "io/h5_header.h"
+
+#include <cstring>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "io/h5.h"
+#include "io/h5_detail.h"
+
+// Jenkins lookup3 over metadata (H5checksum.c), exported by libhdf5 since 1.8.7 but not in
+// its public headers.
+extern "C" uint32_t H5_checksum_metadata(const void* data, size_t len, uint32_t initval);
+
+namespace ckv::h5 {
+
+namespace {
+
+using detail::decode_le;
+using detail::RawFile;
+
+constexpr uint64_t kMaxHeaderBytes = uint64_t{64} << 20;  // one object's header, all chunks
+constexpr size_t kMaxChunks = 4096;
+constexpr int kMaxTypeDepth = 16;  // nested enumeration / variable-length base types
+
+// Message types (IV.A.2).
+constexpr unsigned kContinuation = 0x10;
+constexpr unsigned kAttribute = 0x0C;
+constexpr unsigned kAttributeInfo = 0x15;
+
+// Thrown inside this file only; check_attr_messages turns it into a FormatError.
+struct Damage {
+  std::string what;
+};
+
+[[noreturn]] void damaged(std::string what) {
+  throw Damage{std::move(what)};
+}
+
+uint64_t align8(uint64_t x) {
+  return (x + 7) / 8 * 8;
+}
+
+// Bytes read front to back; every read checks what is left.
+class Reader {
+ public:
+  Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+  size_t left() const { return n_ - at_; }
+  const uint8_t* here() const { return p_ + at_; }
+  const uint8_t* skip(uint64_t k, std::string_view what) {
+    if (k > left()) damaged(fmt::format("{} needs {} bytes, {} are left", what, k, left()));
+    const uint8_t* out = p_ + at_;
+    at_ += static_cast<size_t>(k);
+    return out;
+  }
+  uint64_t u(size_t k, std::string_view what) { return decode_le(skip(k, what), k); }
+
+ private:
+  const uint8_t* p_;
+  size_t n_;
+  size_t at_ = 0;
+};
+
+struct TypeInfo {
+  unsigned cls = 0;
+  uint64_t size = 0;
+};
+
+// IV.A.2.d, within the datatype's stored size.
+TypeInfo check_datatype(Reader& r, const RawFile& f, int depth) {
+  if (depth > kMaxTypeDepth) damaged(fmt::format("datatype nested more than {} deep", kMaxTypeDepth));
+  const uint64_t head = r.u(4, "the datatype");
+  const unsigned cls = head & 0x0f;
+  const unsigned version = (head >> 4) & 0x0f;
+  const uint64_t bits = head >> 8;  // the class bit fields
+  const uint64_t size = r.u(4, "the datatype's size");
+  if (version < 1 || version > 3) damaged(fmt::format("datatype version {}", version));
+  if (size == 0) damaged("a datatype of 0 bytes");
+  const uint64_t element_bits = 8 * size;
+  switch (cls) {
+    case 0:    // fixed-point
+    case 4: {  // bitfield
+      const uint64_t offset = r.u(2, "the datatype's bit offset");
+      const uint64_t precision = r.u(2, "the datatype's precision");
+      if (precision == 0 || offset + precision > element_bits)
+        damaged(fmt::format("{} bits at bit {} of a {}-byte integer", precision, offset, size));
+      break;
+    }
+    case 1: {  // floating-point
+      const uint64_t offset = r.u(2, "the datatype's bit offset");
+      const uint64_t precision = r.u(2, "the datatype's precision");
+      const uint64_t epos = r.u(1, "the exponent's position");
+      const uint64_t esize = r.u(1, "the exponent's size");
+      const uint64_t mpos = r.u(1, "the mantissa's position");
+      const uint64_t msize = r.u(1, "the mantissa's size");
+      r.skip(4, "the exponent bias");
+      const uint64_t sign = (bits >> 8) & 0xff;
+      if (precision == 0 || offset + precision > element_bits || esize == 0 || msize == 0 ||
+          epos + esize > element_bits || mpos + msize > element_bits || sign >= element_bits ||
+          ((bits >> 4) & 3) == 3)
+        damaged(fmt::format("a {}-byte float with bit fields outside it", size));
+      break;
+    }
+    case 2:  // time
+      r.skip(2, "the time type's precision");
+      break;
+    case 3:  // fixed-length string: no properties
+      break;
+    case 5: {  // opaque: a NUL-padded tag
+      const uint64_t tag = bits & 0xff;
+      if (tag % 8 != 0) damaged(fmt::format("an opaque tag of {} bytes (not a multiple of 8)", tag));
+      r.skip(tag, "the opaque tag");
+      break;
+    }
+    case 8: {  // enumeration: base type, names, values
+      const TypeInfo base = check_datatype(r, f, depth + 1);
+      if (base.cls != 0 || base.size != size)
+        damaged(fmt::format("an enumeration of {} bytes over a {}-byte type of class {}", size, base.size,
+                            base.cls));
+      const uint64_t members = bits & 0xffff;
+      for (uint64_t i = 0; i < members; ++i) {
+        const size_t length = strnlen(reinterpret_cast<const char*>(r.here()), r.left());
+        if (length == r.left()) damaged(fmt::format("enumeration member {} has no NUL", i));
+        r.skip(version >= 3 ? length + 1 : align8(length + 1), "an enumeration member name");
+      }
+      r.skip(members * base.size, "the enumeration's values");
+      break;
+    }
+    case 9: {  // variable-length sequence (0) or string (1)
+      if ((bits & 0x0f) > 1) damaged(fmt::format("variable-length type kind {}", bits & 0x0f));
+      check_datatype(r, f, depth + 1);
+      const uint64_t stored = 4 + f.sizeof_addr + 4;  // length, heap collection, index
+      if (size != stored)
+        damaged(fmt::format("a variable-length type of {} bytes (HDF5 stores {})", size, stored));
+      break;
+    }
+    default:
+      damaged(fmt::format("a datatype of class {} (compound, reference, array or unknown), which ckv does not write",
+                          cls));
+  }
+  return {cls, size};
+}
+
+// IV.A.2.b, within the dataspace's stored size; the number of elements.
+uint64_t check_dataspace(Reader& r, const RawFile& f) {
+  const uint64_t version = r.u(1, "the dataspace");
+  const uint64_t rank = r.u(1, "the dataspace's rank");
+  const uint64_t flags = r.u(1, "the dataspace's flags");
+  if (version < 1 || version > 2) damaged(fmt::format("dataspace version {}", version));
+  if (rank > 32) damaged(fmt::format("a dataspace of rank {}", rank));
+  if ((flags & ~uint64_t{1}) != 0) damaged(fmt::format("dataspace flags {:#x}", flags));
+  uint64_t type = rank > 0 ? 1 : 0;  // version 1: simple or scalar
+  if (version == 1) {
+    r.skip(5, "the dataspace's reserved bytes");
+  } else {
+    type = r.u(1, "the dataspace's type");
+    if (type > 2 || (type == 1) != (rank > 0))
+      damaged(fmt::format("a dataspace of type {} and rank {}", type, rank));
+  }
+  uint64_t elements = type == 2 ? 0 : 1;  // null: none
+  for (uint64_t i = 0; i < rank; ++i) {
+    const uint64_t dim = r.u(f.sizeof_size, "a dimension");
+    if (__builtin_mul_overflow(elements, dim, &elements))
+      damaged("dataspace dimensions whose product overflows");
+  }
+  if ((flags & 1) != 0) r.skip(rank * f.sizeof_size, "the maximum dimensions");
+  return elements;
+}
+
+// IV.A.2.m. `index` counts the object's attribute messages, for the error text.
+void check_attribute(const uint8_t* p, size_t n, unsigned message_flags, size_t index, const RawFile& f) {
+  const std::string which = fmt::format("attribute message {}", index);
+  try {
+    if ((message_flags & 0x02) != 0) damaged("shared (stored in the file's shared message heap)");
+    Reader r(p, n);
+    const uint64_t version = r.u(1, "the version");
+    uint64_t flags = r.u(1, "the flags");
+    if (version < 1 || version > 3) damaged(fmt::format("version {}", version));
+    if (version == 1) flags = 0;  // reserved
+    if (flags != 0) damaged(fmt::format("flags {:#x} (a shared datatype or dataspace)", flags));
+    const uint64_t name_size = r.u(2, "the name's size");
+    const uint64_t type_size = r.u(2, "the datatype's size");
+    const uint64_t space_size = r.u(2, "the dataspace's size");
+    if (version == 3) r.skip(1, "the name's encoding");
+    auto padded = [&](uint64_t x) { return version == 1 ? align8(x) : x; };
+    if (name_size == 0) damaged("a name of 0 bytes");
+    if (name_size > r.left()) damaged(fmt::format("a name of {} bytes, {} are left", name_size, r.left()));
+    const char* name = reinterpret_cast<const char*>(r.here());
+    if (strnlen(name, name_size) != name_size - 1)
+      damaged(fmt::format("a name of {} bytes that does not end at its NUL", name_size));
+    r.skip(padded(name_size), "the name");
+    Reader type(r.skip(padded(type_size), "the datatype"), type_size);
+    const TypeInfo info = check_datatype(type, f, 0);
+    Reader space(r.skip(padded(space_size), "the dataspace"), space_size);
+    const uint64_t elements = check_dataspace(space, f);
+    uint64_t data = 0;
+    if (__builtin_mul_overflow(elements, info.size, &data))
+      damaged(fmt::format("{} elements of {} bytes", elements, info.size));
+    if (data > r.left())
+      damaged(fmt::format("{} elements of {} bytes, {} bytes are left in the message", elements, info.size,
+                          r.left()));
+  } catch (Damage& d) {
+    d.what = which + ": " + d.what;
+    throw;
+  }
+}
+
+// IV.A.2.v: refuses dense attribute storage.
+void check_attribute_info(const uint8_t* p, size_t n, const RawFile& f) {
+  Reader r(p, n);
+  if (r.u(1, "the attribute info version") != 0) damaged("attribute info message of an unknown version");
+  const uint64_t flags = r.u(1, "the attribute info flags");
+  if ((flags & 1) != 0) r.skip(2, "the maximum creation index");
+  const uint64_t heap = r.u(f.sizeof_addr, "the fractal heap address");
+  const uint64_t undefined = f.sizeof_addr == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * f.sizeof_addr)) - 1;
+  if (heap != undefined)
+    damaged(fmt::format("attributes in dense storage (a fractal heap at address {}), which ckv does not read "
+                        "(versions before this check wrote them into records added by --resume)",
+                        heap));
+}
+
+// One object's header: its chunks, their messages.
+class HeaderCheck {
+ public:
+  explicit HeaderCheck(const RawFile& f) : f_(f) {}
+
+  void run(uint64_t addr) {
+    const std::vector<uint8_t> start = read(addr, 16, "its prefix");
+    if (start[0] == 1) {  // IV.A.1.a
+      const uint64_t chunk0 = decode_le(start.data() + 8, 4);
+      pending_.emplace_back(addr + 16, chunk0);
+      version_ = 1;
+    } else if (std::memcmp(start.data(), "OHDR", 4) == 0) {  // IV.A.1.b
+      if (start[4] != 2) damaged(fmt::format("version {}", start[4]));
+      const unsigned flags = start[5];
+      if ((flags & 0xC0) != 0) damaged(fmt::format("flags {:#x}", flags));
+      creation_order_ = (flags & 0x04) != 0;
+      const uint64_t prefix = 6 + ((flags & 0x20) != 0 ? 16 : 0) + ((flags & 0x10) != 0 ? 4 : 0);
+      const size_t width = size_t{1} << (flags & 3);
+      const std::vector<uint8_t> sized = read(addr, prefix + width, "its prefix");
+      const uint64_t chunk0 = decode_le(sized.data() + prefix, width);
+      if (chunk0 > kMaxHeaderBytes) damaged(fmt::format("a first chunk of {} bytes", chunk0));
+      const std::vector<uint8_t> whole = read(addr, prefix + width + chunk0 + 4, "its first chunk");
+      verify_checksum(whole, "the first chunk");
+      version_ = 2;
+      messages(whole.data() + prefix + width, chunk0);
+    } else {
+      damaged("no object header there");
+    }
+    while (!pending_.empty()) {
+      const auto [at, length] = pending_.back();
+      pending_.pop_back();
+      if (!seen_.insert(at).second) damaged(fmt::format("the chunk at address {} is continued into twice", at));
+      if (seen_.size() > kMaxChunks) damaged(fmt::format("more than {} chunks", kMaxChunks));
+      const std::vector<uint8_t> chunk = read(at, length, "a chunk");
+      if (version_ == 1) {
+        messages(chunk.data(), chunk.size());
+      } else {  // IV.A.1.b: "OCHK", messages, checksum
+        if (chunk.size() < 8 || std::memcmp(chunk.data(), "OCHK", 4) != 0)
+          damaged(fmt::format("no continuation chunk at address {}", at));
+        verify_checksum(chunk, "a continuation chunk");
+        messages(chunk.data() + 4, chunk.size() - 8);
+      }
+    }
+  }
+
+ private:
+  std::vector<uint8_t> read(uint64_t addr, uint64_t n, std::string_view what) {
+    if (n > kMaxHeaderBytes - read_) damaged(fmt::format("more than {} bytes", kMaxHeaderBytes));
+    read_ += n;
+    const uint64_t space = f_.size > f_.base ? f_.size - f_.base : 0;  // addresses in the file
+    if (addr > space || n > space - addr)
+      damaged(fmt::format("{} ({} bytes at address {}) lies past the end of the file", what, n, addr));
+    std::vector<uint8_t> out(static_cast<size_t>(n));
+    if (!f_.read_at(f_.base + addr, out.data(), n)) damaged(fmt::format("cannot read {} at address {}", what, addr));
+    return out;
+  }
+
+  static void verify_checksum(const std::vector<uint8_t>& block, std::string_view what) {
+    const size_t body = block.size() - 4;
+    if (H5_checksum_metadata(block.data(), body, 0) != decode_le(block.data() + body, 4))
+      damaged(fmt::format("{} fails its checksum", what));
+  }
+
+  // The messages of one chunk (IV.A.1.a / IV.A.1.b message headers).
+  void messages(const uint8_t* p, size_t n) {
+    Reader r(p, n);
+    const size_t header = version_ == 1 ? 8 : (creation_order_ ? 6 : 4);
+    while (r.left() > 0) {
+      if (r.left() < header) {
+        if (version_ == 2) return;  // a gap
+        damaged(fmt::format("{} bytes after the last message of a chunk", r.left()));
+      }
+      const unsigned type = static_cast<unsigned>(r.u(version_ == 1 ? 2 : 1, "a message"));
+      const uint64_t size = r.u(2, "a message");
+      const unsigned flags = static_cast<unsigned>(r.u(1, "a message"));
+      r.skip(header - (version_ == 1 ? 5 : 4), "a message");
+      const uint8_t* body = r.skip(size, fmt::format("message of type {:#x}", type));
+      if (type == kContinuation) {  // IV.A.2.q
+        Reader c(body, size);
+        const uint64_t at = c.u(f_.sizeof_addr, "a continuation message");
+        const uint64_t length = c.u(f_.sizeof_size, "a continuation message");
+        pending_.emplace_back(at, length);
+      } else if (type == kAttribute) {
+        check_attribute(body, size, flags, attributes_++, f_);
+      } else if (type == kAttributeInfo) {
+        check_attribute_info(body, size, f_);
+      }
+    }
+  }
+
+  const RawFile& f_;
+  int version_ = 1;
+  bool creation_order_ = false;
+  uint64_t read_ = 0;
+  size_t attributes_ = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> pending_;  // chunks: address, length
+  std::set<uint64_t> seen_;
+};
+
+// Objects whose header passed, or that ckv made: (file number, address). HDF5 numbers
+// each opened file anew, so a file opened again is checked again.
+std::set<std::pair<unsigned long, haddr_t>>& known_objects() {
+  static std::set<std::pair<unsigned long, haddr_t>> known;
+  return known;
+}
+
+}  // namespace
+
+void trust_new_object(hid_t object) {
+  H5O_info_t info;
+  if (H5Oget_info2(object, &info, H5O_INFO_BASIC) >= 0) known_objects().emplace(info.fileno, info.addr);
+  H5Eclear2(H5E_DEFAULT);
+}
+
+void check_attr_messages(hid_t object, const std::string& where) {
+  H5O_info_t info;
+  detail::check<FormatError>(H5Oget_info2(object, &info, H5O_INFO_BASIC), where, "cannot read the object header");
+  const std::pair<unsigned long, haddr_t> key(info.fileno, info.addr);
+  if (known_objects().count(key) != 0) return;
+  const std::optional<std::string> damage =
+      detail::find_damage_on_disk(object, where, [&](const RawFile& f) -> std::optional<std::string> {
+        try {
+          HeaderCheck(f).run(info.addr);
+          return std::nullopt;
+        } catch (const Damage& d) {
+          return d.what;
+        }
+      });
+  if (damage) fail<FormatError>("{}: damaged object header (address {}): {}", where, info.addr, *damage);
+  known_objects().insert(key);
+}
+
+}  // namespace ckv::h5
