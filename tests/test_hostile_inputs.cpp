@@ -765,6 +765,32 @@ TEST(HostileHeader, DamagedAttributeMessagesAreRefusedBeforeHdf5DecodesThem) {
   EXPECT_EQ(f.attr_double("rope_theta"), 10000.0);
 }
 
+// Unlinking a group deletes it and everything below it, and HDF5 decodes the attribute
+// messages of what it deletes (--resume removes unfinished records): checked first.
+TEST(HostileHeader, RemovingAGroupChecksEverythingHdf5WouldDelete) {
+  const fs::path dir = scratch_dir("hostile_header_remove");
+  const fs::path good = dir / "good.h5";
+  {
+    h5::File f = h5::File::create(good);
+    f.create_group("g/h").set_attr_int("n_tokens", 40);
+    f.close();
+  }
+  const fs::path bad = patched_copy<uint16_t>(good, "bad.h5", find_attr_message(read_bytes(good), "n_tokens").start + 2, 9995);
+  h5::File f = h5::File::open_rw(bad);
+  try {
+    f.remove("g");
+    ADD_FAILURE() << "removed";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.h5:/g/h: damaged object header"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(f.exists("g/h"));
+  f.close();
+  h5::File ok = h5::File::open_rw(good);
+  ok.remove("g");
+  EXPECT_FALSE(ok.exists("g"));
+  ok.close();
+}
+
 // Version 2 object headers (libhdf5's "latest" format; ckv writes version 1): their
 // checksums, and attributes in dense storage, which the check refuses rather than reads.
 TEST(HostileHeader, Version2HeadersAreCheckedAndDenseAttributesRefused) {

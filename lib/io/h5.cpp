@@ -341,9 +341,29 @@ std::vector<std::string> Group::children() const {
   return names;
 }
 
+namespace {
+herr_t collect_object(hid_t /*root*/, const char* name, const H5O_info_t* /*info*/, void* out) {
+  static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+  return 0;
+}
+}  // namespace
+
 void Group::remove(std::string_view name) {
   const std::string n(name);
-  check(H5Ldelete(id(), n.c_str(), H5P_DEFAULT), file_ + ":" + child_path(name), "cannot unlink");
+  const std::string where = file_ + ":" + child_path(name);
+  // Unlinking the last link deletes the object and everything below it, and HDF5 decodes
+  // the attribute messages of what it deletes: check their headers first (h5_header.h).
+  const Handle child(check_id<FormatError>(H5Oopen(id(), n.c_str(), H5P_DEFAULT), where, "cannot open"));
+  std::vector<std::string> below;
+  check<FormatError>(H5Ovisit2(child.id(), H5_INDEX_NAME, H5_ITER_NATIVE, collect_object, &below,
+                               H5O_INFO_BASIC),
+                     where, "cannot list its objects");
+  for (const std::string& path : below) {  // "." is the child itself
+    const Handle object(check_id<FormatError>(H5Oopen(child.id(), path.c_str(), H5P_DEFAULT), where,
+                                              "cannot open " + path));
+    check_attr_messages(object.id(), path == "." ? where : where + "/" + path);
+  }
+  check(H5Ldelete(id(), n.c_str(), H5P_DEFAULT), where, "cannot unlink");
 }
 
 // --- File -----------------------------------------------------------------------------
