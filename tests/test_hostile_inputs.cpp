@@ -791,9 +791,10 @@ TEST(HostileHeader, RemovingAGroupChecksEverythingHdf5WouldDelete) {
   ok.close();
 }
 
-// Version 2 object headers (libhdf5's "latest" format; ckv writes version 1): their
-// checksums, and attributes in dense storage, which the check refuses rather than reads.
-TEST(HostileHeader, Version2HeadersAreCheckedAndDenseAttributesRefused) {
+// Version 2 object headers (libhdf5's "latest" format; ckv writes version 1 and, in files
+// reopened for --resume, version 2 with compact attributes): their checksums, and
+// attributes in dense storage, which earlier versions of ckv let HDF5 write there.
+TEST(HostileHeader, Version2HeadersAndDenseAttributesAreChecked) {
   const fs::path dir = scratch_dir("hostile_header_v2");
   const auto make = [&](const std::string& name, int attributes) {
     const fs::path p = dir / name;
@@ -837,8 +838,41 @@ TEST(HostileHeader, Version2HeadersAreCheckedAndDenseAttributesRefused) {
   std::memcpy(damaged.data() + ohdr + body, &sum, 4);
   std::ofstream(dir / "nul.h5", std::ios::binary | std::ios::trunc) << damaged;
   expect_damaged_header(dir / "nul.h5", "/", "a name of 6 bytes that does not end at its NUL");
-  // Past 8 attributes libhdf5 moves them into a fractal heap.
-  expect_damaged_header(make("dense.h5", 20), "/", "attributes in dense storage");
+  // Past 8 attributes libhdf5 moves them into a fractal heap (dense storage): read from
+  // there, and a damaged one refused. The heap's direct block is checksummed over its whole
+  // size with the checksum field zeroed (III.G); its size is the heap's starting block size.
+  const fs::path dense = make("dense.h5", 20);
+  {
+    const h5::File f = h5::File::open_read(dense);
+    EXPECT_EQ(f.attr_names().size(), 20u);
+    EXPECT_EQ(f.attr_int("attr17"), 117);
+  }
+  std::string heap = read_bytes(dense);
+  const size_t frhp = heap.find("FRHP");
+  const size_t fhdb = heap.find("FHDB");
+  const size_t message = heap.find(std::string("attr7\0", 6), fhdb) - 9;  // version 3: 9 bytes before the name
+  ASSERT_NE(frhp, std::string::npos);
+  ASSERT_NE(fhdb, std::string::npos);
+  ASSERT_EQ(heap[message], 3);
+  uint64_t block = 0;
+  std::memcpy(&block, heap.data() + frhp + 4 + 1 + 2 + 2 + 1 + 4 + 12 * 8 + 2, 8);  // 8-byte sizes and addresses
+  const size_t sum_at = fhdb + 4 + 1 + 8 + 5;  // signature, version, heap address, 40-bit block offset
+  const auto block_sum = [&](std::string& b) {
+    std::memset(b.data() + sum_at, 0, 4);
+    return H5_checksum_metadata(b.data() + fhdb, block, 0);
+  };
+  uint32_t stored = 0;
+  std::memcpy(&stored, heap.data() + sum_at, 4);
+  {
+    std::string copy = heap;
+    ASSERT_EQ(block_sum(copy), stored) << "the direct block's layout is not the one assumed";
+  }
+  const uint16_t long_name = 9995;
+  std::memcpy(heap.data() + message + 2, &long_name, 2);
+  const uint32_t sum2 = block_sum(heap);
+  std::memcpy(heap.data() + sum_at, &sum2, 4);
+  std::ofstream(dir / "dense_bad.h5", std::ios::binary | std::ios::trunc) << heap;
+  expect_damaged_header(dir / "dense_bad.h5", "/", "a name of 9995 bytes, ");
 }
 
 // What the readers print for such files: one line naming the file and object, exit 1.

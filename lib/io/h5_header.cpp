@@ -34,11 +34,17 @@
 //    and reference types, which ckv never writes, are refused.
 //  * IV.A.2.b: the attribute's dataspace (versions 1-2, rank <= 32, a known type, the
 //    dimensions inside its stored size, a product that does not overflow).
-//  * IV.A.2.v: attribute info messages: attributes in dense storage (a fractal heap, only
-//    in version 2 headers) are refused, as this check does not read fractal heaps. ckv
-//    writes version 1 headers, and version 2 ones (HDF5's choice in a file reopened for
-//    --resume) with all attributes in the header (detail::keep_attributes_compact); earlier
-//    versions let HDF5 move the 10 attributes of such a record into a fractal heap.
+//  * IV.A.2.v, III.G, III.A.2: attributes in dense storage (only in version 2 headers: the
+//    attribute info message names a fractal heap): their messages are found through the
+//    v2 B-tree of their names (header "BTHD" and a leaf "BTLF", checksummed, records of
+//    heap ID, flags, creation order, hash) in the heap's direct blocks (header "FRHP",
+//    checksummed; a root direct block or a root indirect block "FHIB" of direct blocks),
+//    each object inside its block, and checked as above. A deeper B-tree, nested indirect
+//    blocks, filtered heaps and huge or tiny objects are refused as unsupported: ckv's files
+//    have none. ckv writes version 1 headers, and in version 2 ones (HDF5's choice for
+//    objects added to a file reopened for --resume) keeps attributes in the header
+//    (detail::keep_attributes_compact); earlier versions let HDF5 move the 10 attributes of
+//    such a record into a fractal heap, and those files read.
 // Any violation is a FormatError naming the file and object. An object passes once per
 // open file (its header in HDF5's cache was decoded from the bytes checked); objects ckv
 // creates are not checked (trust_new_object: HDF5 wrote them). In a file open for writing
@@ -48,8 +54,11 @@
 // layout, filters), which libhdf5 1.10.8 reads with the same trust.
 #include "io/h5_header.h"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -82,10 +91,16 @@ constexpr unsigned kAttributeInfo = 0x15;
 // Thrown inside this file only; check_attr_messages turns it into a FormatError.
 struct Damage {
   std::string what;
+  bool unsupported = false;  // valid HDF5 that the check does not read
 };
 
 [[noreturn]] void damaged(std::string what) {
   throw Damage{std::move(what)};
+}
+
+// What the check does not read (valid HDF5 that ckv does not write).
+[[noreturn]] void unsupported(std::string_view what) {
+  throw Damage{fmt::format("attributes in dense storage in {}, which ckv does not read", what), true};
 }
 
 uint64_t align8(uint64_t x) {
@@ -256,18 +271,35 @@ void check_attribute(const uint8_t* p, size_t n, unsigned message_flags, size_t 
   }
 }
 
-// IV.A.2.v: refuses dense attribute storage.
-void check_attribute_info(const uint8_t* p, size_t n, const RawFile& f) {
+uint64_t undefined_address(const RawFile& f) {
+  return f.sizeof_addr == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * f.sizeof_addr)) - 1;
+}
+
+// Bytes needed for values up to 2^bits - 1 (H5HF_SIZEOF_OFFSET_BITS).
+uint64_t bytes_for_bits(uint64_t bits) {
+  return (bits + 7) / 8;
+}
+
+uint64_t log2_floor(uint64_t x) {
+  return x == 0 ? 0 : 63 - static_cast<uint64_t>(__builtin_clzll(x));
+}
+
+// IV.A.2.v: where dense storage is, when the object uses it.
+struct DenseStorage {
+  uint64_t heap = 0;   // fractal heap header
+  uint64_t names = 0;  // v2 B-tree of attribute names
+};
+
+std::optional<DenseStorage> check_attribute_info(const uint8_t* p, size_t n, const RawFile& f) {
   Reader r(p, n);
   if (r.u(1, "the attribute info version") != 0) damaged("attribute info message of an unknown version");
   const uint64_t flags = r.u(1, "the attribute info flags");
   if ((flags & 1) != 0) r.skip(2, "the maximum creation index");
-  const uint64_t heap = r.u(f.sizeof_addr, "the fractal heap address");
-  const uint64_t undefined = f.sizeof_addr == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * f.sizeof_addr)) - 1;
-  if (heap != undefined)
-    damaged(fmt::format("attributes in dense storage (a fractal heap at address {}), which ckv does not read "
-                        "(versions before this check wrote them into records added by --resume)",
-                        heap));
+  DenseStorage d;
+  d.heap = r.u(f.sizeof_addr, "the fractal heap address");
+  d.names = r.u(f.sizeof_addr, "the name index address");
+  if (d.heap == undefined_address(f)) return std::nullopt;
+  return d;
 }
 
 // One object's header: its chunks, their messages.
@@ -313,6 +345,7 @@ class HeaderCheck {
         messages(chunk.data() + 4, chunk.size() - 8);
       }
     }
+    if (dense_) check_dense(*dense_);
   }
 
  private:
@@ -355,12 +388,121 @@ class HeaderCheck {
       } else if (type == kAttribute) {
         check_attribute(body, size, flags, attributes_++, f_);
       } else if (type == kAttributeInfo) {
-        check_attribute_info(body, size, f_);
+        if (std::optional<DenseStorage> d = check_attribute_info(body, size, f_)) dense_ = d;
       }
     }
   }
 
+  // III.G and III.A.2: the attribute messages of dense storage, objects of a fractal heap
+  // found through the v2 B-tree of their names. Handled as HDF5 lays out heaps of up to a
+  // few hundred attributes, refused beyond: a B-tree of depth 0 (one leaf), a heap whose
+  // root is a direct block or an indirect block of direct blocks, no I/O filters, managed
+  // (not huge or tiny) objects.
+  void check_dense(const DenseStorage& d) {
+    // The heap header.
+    const size_t L = f_.sizeof_size;
+    const size_t O = f_.sizeof_addr;
+    const uint64_t fixed = 4 + 1 + 2 + 2 + 1 + 4 + L + O + L + O + 8 * L + 2 + L + L + 2 + 2 + O + 2;
+    const std::vector<uint8_t> heap = read(d.heap, fixed + 4, "its fractal heap header");
+    Reader h(heap.data(), heap.size());
+    if (std::memcmp(h.skip(4, "the heap"), "FRHP", 4) != 0 || h.u(1, "the heap version") != 0)
+      damaged(fmt::format("no fractal heap at address {}", d.heap));
+    const uint64_t id_length = h.u(2, "the heap ID length");
+    const uint64_t filters = h.u(2, "the heap's filters");
+    const uint64_t flags = h.u(1, "the heap's flags");
+    const uint64_t max_managed = h.u(4, "the heap's maximum object size");
+    h.skip(L + O + L + O + 8 * L, "the heap's statistics");
+    const uint64_t width = h.u(2, "the heap's table width");
+    const uint64_t start = h.u(L, "the heap's starting block size");
+    const uint64_t max_direct = h.u(L, "the heap's maximum direct block size");
+    const uint64_t max_heap_bits = h.u(2, "the heap's maximum size");
+    h.skip(2, "the heap's starting rows");
+    const uint64_t root = h.u(O, "the heap's root block");
+    const uint64_t rows = h.u(2, "the heap's rows");
+    if (filters != 0) unsupported("a fractal heap with I/O filters");
+    verify_checksum(heap, "the fractal heap header");
+    if (width == 0 || width > 65536 || start == 0 || (start & (start - 1)) != 0 || max_direct < start ||
+        (max_direct & (max_direct - 1)) != 0 || max_direct > (uint64_t{1} << 30) || max_heap_bits == 0 ||
+        max_heap_bits > 64 || max_managed == 0)
+      damaged("a fractal heap with an impossible block table");
+    const uint64_t offset_bytes = bytes_for_bits(max_heap_bits);
+    const uint64_t length_bytes =
+        std::min(bytes_for_bits(log2_floor(max_direct)), log2_floor(max_managed) / 8 + 1);
+    if (id_length < 1 + offset_bytes + length_bytes) damaged(fmt::format("heap IDs of {} bytes", id_length));
+    const bool checksummed = (flags & 2) != 0;
+    const uint64_t direct_header = 4 + 1 + O + offset_bytes + (checksummed ? 4 : 0);
+
+    // The direct blocks: heap offset of the block -> (address, size).
+    std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> blocks;
+    if (rows == 0) {
+      blocks.emplace_back(0, root, start);
+    } else {
+      const uint64_t direct_rows = log2_floor(max_direct) - log2_floor(start) + 2;
+      if (rows > direct_rows) unsupported("a fractal heap with nested indirect blocks");
+      const uint64_t entries = rows * width;
+      const std::vector<uint8_t> block = read(root, 4 + 1 + O + offset_bytes + entries * O + 4, "its root indirect block");
+      if (std::memcmp(block.data(), "FHIB", 4) != 0) damaged(fmt::format("no indirect block at address {}", root));
+      verify_checksum(block, "the heap's root indirect block");
+      Reader b(block.data() + 4 + 1 + O + offset_bytes, entries * O);
+      uint64_t offset = 0;
+      for (uint64_t row = 0; row < rows; ++row) {
+        const uint64_t size = row == 0 ? start : start << (row - 1);
+        for (uint64_t col = 0; col < width; ++col, offset += size) {
+          const uint64_t addr = b.u(O, "a direct block address");
+          if (addr != undefined_address(f_) && addr != 0) blocks.emplace_back(offset, addr, size);
+        }
+      }
+    }
+
+    // The names: a v2 B-tree whose root is a leaf of 17-byte records (heap ID, message
+    // flags, creation order, name hash).
+    const std::vector<uint8_t> tree = read(d.names, 4 + 1 + 1 + 4 + 2 + 2 + 1 + 1 + O + 2 + L + 4, "its name index");
+    Reader t(tree.data(), tree.size());
+    if (std::memcmp(t.skip(4, "the name index"), "BTHD", 4) != 0 || t.u(1, "the B-tree version") != 0 ||
+        t.u(1, "the B-tree type") != 8)
+      damaged(fmt::format("no attribute name index at address {}", d.names));
+    t.skip(4, "the node size");
+    const uint64_t record_size = t.u(2, "the record size");
+    const uint64_t depth = t.u(2, "the depth");
+    t.skip(2, "the split and merge percentages");
+    const uint64_t leaf = t.u(O, "the root node address");
+    const uint64_t records = t.u(2, "the root's record count");
+    verify_checksum(tree, "the name index header");
+    if (record_size != id_length + 1 + 4 + 4) damaged(fmt::format("name index records of {} bytes", record_size));
+    if (depth != 0) unsupported("more attributes than one B-tree leaf holds");
+    if (records == 0) return;
+    const std::vector<uint8_t> node = read(leaf, 4 + 1 + 1 + records * record_size + 4, "its name index leaf");
+    if (std::memcmp(node.data(), "BTLF", 4) != 0) damaged(fmt::format("no B-tree leaf at address {}", leaf));
+    verify_checksum(node, "the name index leaf");
+
+    Reader n(node.data() + 6, records * record_size);
+    for (uint64_t i = 0; i < records; ++i) {
+      Reader id(n.skip(record_size, "a record"), record_size);
+      const uint64_t kind = id.u(1, "a heap ID");
+      if ((kind & 0xC0) != 0) damaged(fmt::format("heap ID version {}", kind >> 6));
+      if (((kind >> 4) & 3) != 0) unsupported("huge or tiny attribute messages in a fractal heap");
+      const uint64_t offset = id.u(offset_bytes, "a heap offset");
+      const uint64_t length = id.u(length_bytes, "a heap object length");
+      id.skip(id_length - 1 - offset_bytes - length_bytes, "the rest of a heap ID");
+      const auto message_flags = static_cast<unsigned>(id.u(1, "the message flags"));
+      bool found = false;
+      for (const auto& [at, addr, size] : blocks) {
+        if (offset < at || offset - at >= size) continue;
+        const uint64_t within = offset - at;
+        if (within < direct_header || length > size - within)
+          damaged(fmt::format("heap object at offset {} ({} bytes) outside its block", offset, length));
+        const std::vector<uint8_t> block = read(addr, size, "a heap direct block");
+        if (std::memcmp(block.data(), "FHDB", 4) != 0) damaged(fmt::format("no direct block at address {}", addr));
+        check_attribute(block.data() + within, length, message_flags, attributes_++, f_);
+        found = true;
+        break;
+      }
+      if (!found) damaged(fmt::format("heap object at offset {} in no block of the heap", offset));
+    }
+  }
+
   const RawFile& f_;
+  std::optional<DenseStorage> dense_;
   int version_ = 1;
   bool creation_order_ = false;
   uint64_t read_ = 0;
@@ -395,10 +537,11 @@ void check_attr_messages(hid_t object, const std::string& where) {
           HeaderCheck(f).run(info.addr);
           return std::nullopt;
         } catch (const Damage& d) {
-          return d.what;
+          return fmt::format("{}object header (address {}): {}", d.unsupported ? "" : "damaged ", info.addr,
+                             d.what);
         }
       });
-  if (damage) fail<FormatError>("{}: damaged object header (address {}): {}", where, info.addr, *damage);
+  if (damage) fail<FormatError>("{}: {}", where, *damage);
   known_objects().insert(key);
 }
 
