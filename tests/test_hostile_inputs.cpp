@@ -796,7 +796,7 @@ TEST(HostileHeader, RemovingAGroupChecksEverythingHdf5WouldDelete) {
 // attributes in dense storage, which earlier versions of ckv let HDF5 write there.
 TEST(HostileHeader, Version2HeadersAndDenseAttributesAreChecked) {
   const fs::path dir = scratch_dir("hostile_header_v2");
-  const auto make = [&](const std::string& name, int attributes) {
+  const auto make = [&](const std::string& name, int attributes, const std::string& prefix = "attr") {
     const fs::path p = dir / name;
     const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
@@ -804,7 +804,7 @@ TEST(HostileHeader, Version2HeadersAndDenseAttributesAreChecked) {
     const hid_t space = H5Screate(H5S_SCALAR);
     for (int i = 0; i < attributes; ++i) {
       const int64_t v = 100 + i;
-      const hid_t a = H5Acreate2(f, ("attr" + std::to_string(i)).c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+      const hid_t a = H5Acreate2(f, (prefix + std::to_string(i)).c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
       H5Awrite(a, H5T_NATIVE_INT64, &v);
       H5Aclose(a);
     }
@@ -846,6 +846,16 @@ TEST(HostileHeader, Version2HeadersAndDenseAttributesAreChecked) {
     const h5::File f = h5::File::open_read(dense);
     EXPECT_EQ(f.attr_names().size(), 20u);
     EXPECT_EQ(f.attr_int("attr17"), 117);
+  }
+  // A heap past its starting block size: its root is an indirect block of direct blocks.
+  {
+    const std::string prefix(60, 'n');
+    const fs::path many = make("many.h5", 25, prefix);
+    const std::string m = read_bytes(many);
+    EXPECT_NE(m.find("FHIB"), std::string::npos);
+    const h5::File f = h5::File::open_read(many);
+    EXPECT_EQ(f.attr_names().size(), 25u);
+    EXPECT_EQ(f.attr_int(prefix + "24"), 124);
   }
   std::string heap = read_bytes(dense);
   const size_t frhp = heap.find("FRHP");
