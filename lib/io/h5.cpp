@@ -353,11 +353,12 @@ void Group::remove(std::string_view name) {
   const std::string where = file_ + ":" + child_path(name);
   // Unlinking the last link deletes the object and everything below it, and HDF5 decodes
   // the attribute messages of what it deletes: check their headers first (h5_header.h).
-  const Handle child(check_id<FormatError>(H5Oopen(id(), n.c_str(), H5P_DEFAULT), where, "cannot open"));
+  const Handle child(
+      check_id<FormatError>(H5Oopen(id(), n.c_str(), H5P_DEFAULT), where, "cannot open"));
   std::vector<std::string> below;
-  check<FormatError>(H5Ovisit2(child.id(), H5_INDEX_NAME, H5_ITER_NATIVE, collect_object, &below,
-                               H5O_INFO_BASIC),
-                     where, "cannot list its objects");
+  check<FormatError>(
+      H5Ovisit2(child.id(), H5_INDEX_NAME, H5_ITER_NATIVE, collect_object, &below, H5O_INFO_BASIC),
+      where, "cannot list its objects");
   for (const std::string& path : below) {  // "." is the child itself
     const Handle object(check_id<FormatError>(H5Oopen(child.id(), path.c_str(), H5P_DEFAULT), where,
                                               "cannot open " + path));

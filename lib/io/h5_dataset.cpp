@@ -7,8 +7,8 @@
 
 #include "io/h5.h"
 #include "io/h5_detail.h"
-#include "io/h5_header.h"
 #include "io/h5_float16.h"
+#include "io/h5_header.h"
 #include "io/quant.h"
 
 namespace ckv::h5 {

@@ -100,7 +100,8 @@ struct Damage {
 
 // What the check does not read (valid HDF5 that ckv does not write).
 [[noreturn]] void unsupported(std::string_view what) {
-  throw Damage{fmt::format("attributes in dense storage in {}, which ckv does not read", what), true};
+  throw Damage{fmt::format("attributes in dense storage in {}, which ckv does not read", what),
+               true};
 }
 
 uint64_t align8(uint64_t x) {
@@ -134,7 +135,8 @@ struct TypeInfo {
 
 // IV.A.2.d, within the datatype's stored size.
 TypeInfo check_datatype(Reader& r, const RawFile& f, int depth) {
-  if (depth > kMaxTypeDepth) damaged(fmt::format("datatype nested more than {} deep", kMaxTypeDepth));
+  if (depth > kMaxTypeDepth)
+    damaged(fmt::format("datatype nested more than {} deep", kMaxTypeDepth));
   const uint64_t head = r.u(4, "the datatype");
   const unsigned cls = head & 0x0f;
   const unsigned version = (head >> 4) & 0x0f;
@@ -174,15 +176,16 @@ TypeInfo check_datatype(Reader& r, const RawFile& f, int depth) {
       break;
     case 5: {  // opaque: a NUL-padded tag
       const uint64_t tag = bits & 0xff;
-      if (tag % 8 != 0) damaged(fmt::format("an opaque tag of {} bytes (not a multiple of 8)", tag));
+      if (tag % 8 != 0)
+        damaged(fmt::format("an opaque tag of {} bytes (not a multiple of 8)", tag));
       r.skip(tag, "the opaque tag");
       break;
     }
     case 8: {  // enumeration: base type, names, values
       const TypeInfo base = check_datatype(r, f, depth + 1);
       if (base.cls != 0 || base.size != size)
-        damaged(fmt::format("an enumeration of {} bytes over a {}-byte type of class {}", size, base.size,
-                            base.cls));
+        damaged(fmt::format("an enumeration of {} bytes over a {}-byte type of class {}", size,
+                            base.size, base.cls));
       const uint64_t members = bits & 0xffff;
       for (uint64_t i = 0; i < members; ++i) {
         const size_t length = strnlen(reinterpret_cast<const char*>(r.here()), r.left());
@@ -201,8 +204,10 @@ TypeInfo check_datatype(Reader& r, const RawFile& f, int depth) {
       break;
     }
     default:
-      damaged(fmt::format("a datatype of class {} (compound, reference, array or unknown), which ckv does not write",
-                          cls));
+      damaged(
+          fmt::format("a datatype of class {} (compound, reference, array or unknown), which ckv "
+                      "does not write",
+                      cls));
   }
   return {cls, size};
 }
@@ -234,7 +239,8 @@ uint64_t check_dataspace(Reader& r, const RawFile& f) {
 }
 
 // IV.A.2.m. `index` counts the object's attribute messages, for the error text.
-void check_attribute(const uint8_t* p, size_t n, unsigned message_flags, size_t index, const RawFile& f) {
+void check_attribute(const uint8_t* p, size_t n, unsigned message_flags, size_t index,
+                     const RawFile& f) {
   const std::string which = fmt::format("attribute message {}", index);
   try {
     if ((message_flags & 0x02) != 0) damaged("shared (stored in the file's shared message heap)");
@@ -250,7 +256,8 @@ void check_attribute(const uint8_t* p, size_t n, unsigned message_flags, size_t 
     if (version == 3) r.skip(1, "the name's encoding");
     auto padded = [&](uint64_t x) { return version == 1 ? align8(x) : x; };
     if (name_size == 0) damaged("a name of 0 bytes");
-    if (name_size > r.left()) damaged(fmt::format("a name of {} bytes, {} are left", name_size, r.left()));
+    if (name_size > r.left())
+      damaged(fmt::format("a name of {} bytes, {} are left", name_size, r.left()));
     const char* name = reinterpret_cast<const char*>(r.here());
     if (strnlen(name, name_size) != name_size - 1)
       damaged(fmt::format("a name of {} bytes that does not end at its NUL", name_size));
@@ -263,8 +270,8 @@ void check_attribute(const uint8_t* p, size_t n, unsigned message_flags, size_t 
     if (__builtin_mul_overflow(elements, info.size, &data))
       damaged(fmt::format("{} elements of {} bytes", elements, info.size));
     if (data > r.left())
-      damaged(fmt::format("{} elements of {} bytes, {} bytes are left in the message", elements, info.size,
-                          r.left()));
+      damaged(fmt::format("{} elements of {} bytes, {} bytes are left in the message", elements,
+                          info.size, r.left()));
   } catch (Damage& d) {
     d.what = which + ": " + d.what;
     throw;
@@ -292,7 +299,8 @@ struct DenseStorage {
 
 std::optional<DenseStorage> check_attribute_info(const uint8_t* p, size_t n, const RawFile& f) {
   Reader r(p, n);
-  if (r.u(1, "the attribute info version") != 0) damaged("attribute info message of an unknown version");
+  if (r.u(1, "the attribute info version") != 0)
+    damaged("attribute info message of an unknown version");
   const uint64_t flags = r.u(1, "the attribute info flags");
   if ((flags & 1) != 0) r.skip(2, "the maximum creation index");
   DenseStorage d;
@@ -333,7 +341,8 @@ class HeaderCheck {
     while (!pending_.empty()) {
       const auto [at, length] = pending_.back();
       pending_.pop_back();
-      if (!seen_.insert(at).second) damaged(fmt::format("the chunk at address {} is continued into twice", at));
+      if (!seen_.insert(at).second)
+        damaged(fmt::format("the chunk at address {} is continued into twice", at));
       if (seen_.size() > kMaxChunks) damaged(fmt::format("more than {} chunks", kMaxChunks));
       const std::vector<uint8_t> chunk = read(at, length, "a chunk");
       if (version_ == 1) {
@@ -354,9 +363,11 @@ class HeaderCheck {
     read_ += n;
     const uint64_t space = f_.size > f_.base ? f_.size - f_.base : 0;  // addresses in the file
     if (addr > space || n > space - addr)
-      damaged(fmt::format("{} ({} bytes at address {}) lies past the end of the file", what, n, addr));
+      damaged(
+          fmt::format("{} ({} bytes at address {}) lies past the end of the file", what, n, addr));
     std::vector<uint8_t> out(static_cast<size_t>(n));
-    if (!f_.read_at(f_.base + addr, out.data(), n)) damaged(fmt::format("cannot read {} at address {}", what, addr));
+    if (!f_.read_at(f_.base + addr, out.data(), n))
+      damaged(fmt::format("cannot read {} at address {}", what, addr));
     return out;
   }
 
@@ -402,7 +413,8 @@ class HeaderCheck {
     // The heap header.
     const size_t L = f_.sizeof_size;
     const size_t O = f_.sizeof_addr;
-    const uint64_t fixed = 4 + 1 + 2 + 2 + 1 + 4 + L + O + L + O + 8 * L + 2 + L + L + 2 + 2 + O + 2;
+    const uint64_t fixed =
+        4 + 1 + 2 + 2 + 1 + 4 + L + O + L + O + 8 * L + 2 + L + L + 2 + 2 + O + 2;
     const std::vector<uint8_t> heap = read(d.heap, fixed + 4, "its fractal heap header");
     Reader h(heap.data(), heap.size());
     if (std::memcmp(h.skip(4, "the heap"), "FRHP", 4) != 0 || h.u(1, "the heap version") != 0)
@@ -421,14 +433,16 @@ class HeaderCheck {
     const uint64_t rows = h.u(2, "the heap's rows");
     if (filters != 0) unsupported("a fractal heap with I/O filters");
     verify_checksum(heap, "the fractal heap header");
-    if (width == 0 || width > 65536 || start == 0 || (start & (start - 1)) != 0 || max_direct < start ||
-        (max_direct & (max_direct - 1)) != 0 || max_direct > (uint64_t{1} << 30) || max_heap_bits == 0 ||
-        max_heap_bits > 64 || max_managed == 0)
+    if (width == 0 || width > 65536 || start == 0 || (start & (start - 1)) != 0 ||
+        max_direct < start || (max_direct & (max_direct - 1)) != 0 ||
+        max_direct > (uint64_t{1} << 30) || max_heap_bits == 0 || max_heap_bits > 64 ||
+        max_managed == 0)
       damaged("a fractal heap with an impossible block table");
     const uint64_t offset_bytes = bytes_for_bits(max_heap_bits);
     const uint64_t length_bytes =
         std::min(bytes_for_bits(log2_floor(max_direct)), log2_floor(max_managed) / 8 + 1);
-    if (id_length < 1 + offset_bytes + length_bytes) damaged(fmt::format("heap IDs of {} bytes", id_length));
+    if (id_length < 1 + offset_bytes + length_bytes)
+      damaged(fmt::format("heap IDs of {} bytes", id_length));
     const bool checksummed = (flags & 2) != 0;
     const uint64_t direct_header = 4 + 1 + O + offset_bytes + (checksummed ? 4 : 0);
 
@@ -440,8 +454,10 @@ class HeaderCheck {
       const uint64_t direct_rows = log2_floor(max_direct) - log2_floor(start) + 2;
       if (rows > direct_rows) unsupported("a fractal heap with nested indirect blocks");
       const uint64_t entries = rows * width;
-      const std::vector<uint8_t> block = read(root, 4 + 1 + O + offset_bytes + entries * O + 4, "its root indirect block");
-      if (std::memcmp(block.data(), "FHIB", 4) != 0) damaged(fmt::format("no indirect block at address {}", root));
+      const std::vector<uint8_t> block =
+          read(root, 4 + 1 + O + offset_bytes + entries * O + 4, "its root indirect block");
+      if (std::memcmp(block.data(), "FHIB", 4) != 0)
+        damaged(fmt::format("no indirect block at address {}", root));
       verify_checksum(block, "the heap's root indirect block");
       Reader b(block.data() + 4 + 1 + O + offset_bytes, entries * O);
       uint64_t offset = 0;
@@ -456,10 +472,11 @@ class HeaderCheck {
 
     // The names: a v2 B-tree whose root is a leaf of 17-byte records (heap ID, message
     // flags, creation order, name hash).
-    const std::vector<uint8_t> tree = read(d.names, 4 + 1 + 1 + 4 + 2 + 2 + 1 + 1 + O + 2 + L + 4, "its name index");
+    const std::vector<uint8_t> tree =
+        read(d.names, 4 + 1 + 1 + 4 + 2 + 2 + 1 + 1 + O + 2 + L + 4, "its name index");
     Reader t(tree.data(), tree.size());
-    if (std::memcmp(t.skip(4, "the name index"), "BTHD", 4) != 0 || t.u(1, "the B-tree version") != 0 ||
-        t.u(1, "the B-tree type") != 8)
+    if (std::memcmp(t.skip(4, "the name index"), "BTHD", 4) != 0 ||
+        t.u(1, "the B-tree version") != 0 || t.u(1, "the B-tree type") != 8)
       damaged(fmt::format("no attribute name index at address {}", d.names));
     t.skip(4, "the node size");
     const uint64_t record_size = t.u(2, "the record size");
@@ -468,11 +485,14 @@ class HeaderCheck {
     const uint64_t leaf = t.u(O, "the root node address");
     const uint64_t records = t.u(2, "the root's record count");
     verify_checksum(tree, "the name index header");
-    if (record_size != id_length + 1 + 4 + 4) damaged(fmt::format("name index records of {} bytes", record_size));
+    if (record_size != id_length + 1 + 4 + 4)
+      damaged(fmt::format("name index records of {} bytes", record_size));
     if (depth != 0) unsupported("more attributes than one B-tree leaf holds");
     if (records == 0) return;
-    const std::vector<uint8_t> node = read(leaf, 4 + 1 + 1 + records * record_size + 4, "its name index leaf");
-    if (std::memcmp(node.data(), "BTLF", 4) != 0) damaged(fmt::format("no B-tree leaf at address {}", leaf));
+    const std::vector<uint8_t> node =
+        read(leaf, 4 + 1 + 1 + records * record_size + 4, "its name index leaf");
+    if (std::memcmp(node.data(), "BTLF", 4) != 0)
+      damaged(fmt::format("no B-tree leaf at address {}", leaf));
     verify_checksum(node, "the name index leaf");
 
     Reader n(node.data() + 6, records * record_size);
@@ -490,9 +510,11 @@ class HeaderCheck {
         if (offset < at || offset - at >= size) continue;
         const uint64_t within = offset - at;
         if (within < direct_header || length > size - within)
-          damaged(fmt::format("heap object at offset {} ({} bytes) outside its block", offset, length));
+          damaged(
+              fmt::format("heap object at offset {} ({} bytes) outside its block", offset, length));
         const std::vector<uint8_t> block = read(addr, size, "a heap direct block");
-        if (std::memcmp(block.data(), "FHDB", 4) != 0) damaged(fmt::format("no direct block at address {}", addr));
+        if (std::memcmp(block.data(), "FHDB", 4) != 0)
+          damaged(fmt::format("no direct block at address {}", addr));
         check_attribute(block.data() + within, length, message_flags, attributes_++, f_);
         found = true;
         break;
@@ -522,23 +544,25 @@ std::set<std::pair<unsigned long, haddr_t>>& known_objects() {
 
 void trust_new_object(hid_t object) {
   H5O_info_t info;
-  if (H5Oget_info2(object, &info, H5O_INFO_BASIC) >= 0) known_objects().emplace(info.fileno, info.addr);
+  if (H5Oget_info2(object, &info, H5O_INFO_BASIC) >= 0)
+    known_objects().emplace(info.fileno, info.addr);
   H5Eclear2(H5E_DEFAULT);
 }
 
 void check_attr_messages(hid_t object, const std::string& where) {
   H5O_info_t info;
-  detail::check<FormatError>(H5Oget_info2(object, &info, H5O_INFO_BASIC), where, "cannot read the object header");
+  detail::check<FormatError>(H5Oget_info2(object, &info, H5O_INFO_BASIC), where,
+                             "cannot read the object header");
   const std::pair<unsigned long, haddr_t> key(info.fileno, info.addr);
   if (known_objects().count(key) != 0) return;
-  const std::optional<std::string> damage =
-      detail::find_damage_on_disk(object, where, [&](const RawFile& f) -> std::optional<std::string> {
+  const std::optional<std::string> damage = detail::find_damage_on_disk(
+      object, where, [&](const RawFile& f) -> std::optional<std::string> {
         try {
           HeaderCheck(f).run(info.addr);
           return std::nullopt;
         } catch (const Damage& d) {
-          return fmt::format("{}object header (address {}): {}", d.unsupported ? "" : "damaged ", info.addr,
-                             d.what);
+          return fmt::format("{}object header (address {}): {}", d.unsupported ? "" : "damaged ",
+                             info.addr, d.what);
         }
       });
   if (damage) fail<FormatError>("{}: {}", where, *damage);
