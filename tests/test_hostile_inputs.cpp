@@ -916,6 +916,20 @@ TEST(HostileHeader, ReadersRefuseADamagedHeaderInOneLine) {
   EXPECT_EQ(read_bytes(root), before);
 }
 
+// fuzz_h5_merge: a shard whose hostname (copied into the merged file's merged_from JSON)
+// is not valid UTF-8 made merge an internal error (nlohmann type_error 316, exit 3).
+TEST(HostileHeap, MergeStoresInvalidUtf8AsReplacementCharacters) {
+  const fs::path dir = scratch_dir("hostile_utf8_merge");
+  const fs::path dump = dir / "d.h5";
+  ASSERT_EQ(run_ckv("-q dump --model " + kTiny + " --tokens " + tokens_file(dir, 12) + " --what q -o " + dump.string()).exit_code, 0);
+  h5::File::open_rw(dump).set_attr_string("hostname", "a\xff\xfe" "b");
+  const fs::path out = dir / "m.h5";
+  const RunResult r = run_ckv("-q merge " + out.string() + " " + dump.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string from = h5::File::open_read(out).attr_string("merged_from");
+  EXPECT_NE(from.find("a\xEF\xBF\xBD\xEF\xBF\xBD" "b"), std::string::npos) << from;
+}
+
 TEST(HostileModels, HdfShapeOverflowNamesTheFile) {
   const fs::path dir = scratch_dir("hostile");
   const fs::path path = dir / "huge.h5";

@@ -196,7 +196,9 @@ void Object::set_attr_strings(std::string_view name, const std::vector<std::stri
 }
 
 void Object::set_attr_json(std::string_view name, const nlohmann::json& value) {
-  set_attr_string(name, value.dump());
+  // Text from files may be invalid UTF-8 (merge's merged_from holds shards' hostnames and
+  // command lines): such bytes are stored as U+FFFD rather than failing the write.
+  set_attr_string(name, value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 std::string Object::attr_string(std::string_view name) const {
