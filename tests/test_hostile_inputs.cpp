@@ -791,6 +791,32 @@ TEST(HostileHeader, RemovingAGroupChecksEverythingHdf5WouldDelete) {
   ok.close();
 }
 
+// fuzz_h5_merge: a group whose symbol table message names its local heap at the undefined
+// address; listing the group (H5Literate) made libhdf5 1.10.8 copy the heap into a null
+// buffer (SIGSEGV, release builds too).
+TEST(HostileHeader, GroupsWithALocalHeapOutsideTheFileAreRefused) {
+  const fs::path dir = scratch_dir("hostile_header_stab");
+  const fs::path dump = dir / "d.h5";
+  ASSERT_EQ(run_ckv("-q dump --model " + kTiny + " --tokens " + tokens_file(dir, 12) + " --what q -o " + dump.string()).exit_code, 0);
+  const std::string bytes = read_bytes(dump);
+  // The symbol table message of /records: type 0x11, 16 bytes, then B-tree and heap addresses.
+  uint64_t records_heap = 0;
+  size_t at = std::string::npos;
+  {
+    const h5::File f = h5::File::open_read(dump);
+    H5O_info_t info;
+    ASSERT_GE(H5Oget_info_by_name2(f.id(), "records", &info, H5O_INFO_BASIC, H5P_DEFAULT), 0);
+    at = bytes.find(std::string("\x11\x00\x10\x00", 4), info.addr);
+    ASSERT_NE(at, std::string::npos);
+    std::memcpy(&records_heap, bytes.data() + at + 16, 8);
+  }
+  ASSERT_EQ(bytes.substr(records_heap, 4), "HEAP");
+  const fs::path bad = patched_copy<uint64_t>(dump, "bad.h5", at + 16, ~uint64_t{0});
+  const std::string needle = "bad.h5:/records: damaged object header";
+  expect_one_error_line(run_ckv("-q merge --allow-missing " + (dir / "m.h5").string() + " " + bad.string()), 1, needle);
+  expect_one_error_line(run_ckv("info " + bad.string()), 1, needle);
+}
+
 // Version 2 object headers (libhdf5's "latest" format; ckv writes version 1 and, in files
 // reopened for --resume, version 2 with compact attributes): their checksums, and
 // attributes in dense storage, which earlier versions of ckv let HDF5 write there.

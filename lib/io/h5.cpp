@@ -311,9 +311,19 @@ Group Group::require_group(std::string_view name) {
 bool Group::exists(std::string_view name) const {
   // H5Lexists fails (rather than answering no) when an intermediate link is missing, so
   // check the path one component at a time.
+  // Each group searched is checked first (its symbol table, h5_header.h).
+  check_object_header(id(), where());
   std::string prefix;
   for (const std::string_view part : split_path(name)) {
-    if (!prefix.empty()) prefix += '/';
+    if (!prefix.empty()) {
+      const Handle searched(H5Oopen(id(), prefix.c_str(), H5P_DEFAULT));
+      if (!searched.valid()) {
+        H5Eclear2(H5E_DEFAULT);
+        return false;
+      }
+      check_object_header(searched.id(), file_ + ":" + child_path(prefix));
+      prefix += '/';
+    }
     prefix += part;
     const htri_t found = H5Lexists(id(), prefix.c_str(), H5P_DEFAULT);
     if (found < 0) {
@@ -336,15 +346,23 @@ bool Group::is_dataset(std::string_view name) const {
 std::vector<std::string> Group::children() const {
   std::vector<std::string> names;
   hsize_t index = 0;
+  check_object_header(id(), where());
   check<FormatError>(H5Literate(id(), H5_INDEX_NAME, H5_ITER_INC, &index, collect_name, &names),
                      where(), "cannot list group members");
   return names;
 }
 
 namespace {
-herr_t collect_object(hid_t /*root*/, const char* name, const H5O_info_t* /*info*/, void* out) {
-  static_cast<std::vector<std::string>*>(out)->emplace_back(name);
-  return 0;
+// Checks the headers of `name` below `parent` and of everything below it.
+void check_subtree(const Group& parent, const std::string& name) {
+  const std::string where = parent.file_name() + ":" +
+                            (parent.path() == "/" ? "" : parent.path()) + "/" + name;
+  const Handle object(
+      check_id<FormatError>(H5Oopen(parent.id(), name.c_str(), H5P_DEFAULT), where, "cannot open"));
+  check_object_header(object.id(), where);
+  if (H5Iget_type(object.id()) != H5I_GROUP) return;
+  const Group group = parent.open_group(name);
+  for (const std::string& child : group.children()) check_subtree(group, child);
 }
 }  // namespace
 
@@ -353,17 +371,7 @@ void Group::remove(std::string_view name) {
   const std::string where = file_ + ":" + child_path(name);
   // Unlinking the last link deletes the object and everything below it, and HDF5 decodes
   // the attribute messages of what it deletes: check their headers first (h5_header.h).
-  const Handle child(
-      check_id<FormatError>(H5Oopen(id(), n.c_str(), H5P_DEFAULT), where, "cannot open"));
-  std::vector<std::string> below;
-  check<FormatError>(
-      H5Ovisit2(child.id(), H5_INDEX_NAME, H5_ITER_NATIVE, collect_object, &below, H5O_INFO_BASIC),
-      where, "cannot list its objects");
-  for (const std::string& path : below) {  // "." is the child itself
-    const Handle object(check_id<FormatError>(H5Oopen(child.id(), path.c_str(), H5P_DEFAULT), where,
-                                              "cannot open " + path));
-    check_attr_messages(object.id(), path == "." ? where : where + "/" + path);
-  }
+  check_subtree(*this, n);
   check(H5Ldelete(id(), n.c_str(), H5P_DEFAULT), where, "cannot unlink");
 }
 

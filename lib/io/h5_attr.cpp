@@ -1,7 +1,7 @@
 // Attributes of the HDF5 layer, in the types h5py writes and reads natively: scalars and
 // 1-D arrays of int64 / float64, variable-length UTF-8 strings, and bools as h5py's
 // int8 enum {FALSE = 0, TRUE = 1}. Every attribute call on an object comes after
-// check_attr_messages (h5_header.h): has_attr (which open_attr and write_attr call first),
+// check_object_header (h5_header.h): has_attr (which open_attr and write_attr call first),
 // attr_names and remove_attr call it.
 #include <cstring>
 
@@ -133,7 +133,7 @@ herr_t collect_attr_name(hid_t /*object*/, const char* name, const H5A_info_t* /
 
 bool Object::has_attr(std::string_view name) const {
   const std::string n(name);
-  check_attr_messages(id(), where());
+  check_object_header(id(), where());
   const htri_t found = H5Aexists(id(), n.c_str());
   if (found < 0) detail::fail_hdf5<FormatError>(where(), "cannot look up attribute " + n);
   return found > 0;
@@ -142,7 +142,7 @@ bool Object::has_attr(std::string_view name) const {
 std::vector<std::string> Object::attr_names() const {
   std::vector<std::string> names;
   hsize_t index = 0;
-  check_attr_messages(id(), where());
+  check_object_header(id(), where());
   check<FormatError>(
       H5Aiterate2(id(), H5_INDEX_NAME, H5_ITER_INC, &index, collect_attr_name, &names), where(),
       "cannot list attributes");
@@ -151,7 +151,7 @@ std::vector<std::string> Object::attr_names() const {
 
 void Object::remove_attr(std::string_view name) {
   const std::string n(name);
-  check_attr_messages(id(), where());
+  check_object_header(id(), where());
   check(H5Adelete(id(), n.c_str()), where(), "cannot delete attribute " + n);
 }
 

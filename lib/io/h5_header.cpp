@@ -9,7 +9,7 @@
 // overflow in H5MM_xstrdup, heap-use-after-free in memcpy), where no return code helps.
 // Found by fuzz/fuzz_h5_info and fuzz_h5_bound_dump.
 //
-// What check_attr_messages does, before ckv's first attribute call on an object: asks HDF5
+// What check_object_header does, before ckv's first attribute call on an object: asks HDF5
 // for the object's address (H5Oget_info2 with H5O_INFO_BASIC, which reads the header's
 // message types, not their contents), reads the header from the file itself (the sec2
 // driver's descriptor, detail::find_damage_on_disk) and checks it as the HDF5 File Format
@@ -34,6 +34,8 @@
 //    and reference types, which ckv never writes, are refused.
 //  * IV.A.2.b: the attribute's dataspace (versions 1-2, rank <= 32, a known type, the
 //    dimensions inside its stored size, a product that does not overflow).
+//  * IV.A.2.r: a group's symbol table message: its B-tree and local heap (and the heap's
+//    data) inside the file. Group::children and Group::exists check each group first.
 //  * IV.A.2.v, III.G, III.A.2: attributes in dense storage (only in version 2 headers: the
 //    attribute info message names a fractal heap): their messages are found through the
 //    v2 B-tree of their names (header "BTHD" and a leaf "BTLF", checksummed, records of
@@ -84,11 +86,12 @@ constexpr size_t kMaxChunks = 4096;
 constexpr int kMaxTypeDepth = 16;  // nested enumeration / variable-length base types
 
 // Message types (IV.A.2).
+constexpr unsigned kSymbolTable = 0x11;
 constexpr unsigned kContinuation = 0x10;
 constexpr unsigned kAttribute = 0x0C;
 constexpr unsigned kAttributeInfo = 0x15;
 
-// Thrown inside this file only; check_attr_messages turns it into a FormatError.
+// Thrown inside this file only; check_object_header turns it into a FormatError.
 struct Damage {
   std::string what;
   bool unsupported = false;  // valid HDF5 that the check does not read
@@ -398,6 +401,8 @@ class HeaderCheck {
         pending_.emplace_back(at, length);
       } else if (type == kAttribute) {
         check_attribute(body, size, flags, attributes_++, f_);
+      } else if (type == kSymbolTable) {
+        check_symbol_table(body, size);
       } else if (type == kAttributeInfo) {
         if (std::optional<DenseStorage> d = check_attribute_info(body, size, f_)) dense_ = d;
       }
@@ -523,6 +528,29 @@ class HeaderCheck {
     }
   }
 
+  // IV.A.2.r, III.A.1, III.D: a group's symbol table message names a v1 B-tree ("TREE")
+  // and a local heap ("HEAP", version 0) whose data segment HDF5 reads whole when it lists
+  // or looks up links; both must be inside the file (libhdf5 1.10.8 read a heap at the
+  // undefined address into a null buffer: fuzz_h5_merge).
+  void check_symbol_table(const uint8_t* p, size_t n) {
+    Reader r(p, n);
+    const uint64_t tree = r.u(f_.sizeof_addr, "the symbol table's B-tree address");
+    const uint64_t heap = r.u(f_.sizeof_addr, "the symbol table's heap address");
+    if (std::memcmp(read(tree, 4, "the symbol table's B-tree").data(), "TREE", 4) != 0)
+      damaged(fmt::format("no symbol table B-tree at address {}", tree));
+    const std::vector<uint8_t> h =
+        read(heap, 8 + 2 * f_.sizeof_size + f_.sizeof_addr, "the group's local heap");
+    if (std::memcmp(h.data(), "HEAP", 4) != 0 || h[4] != 0)
+      damaged(fmt::format("no local heap at address {}", heap));
+    const uint64_t data_size = decode_le(h.data() + 8, f_.sizeof_size);
+    const uint64_t data = decode_le(h.data() + 8 + 2 * f_.sizeof_size, f_.sizeof_addr);
+    const uint64_t space = f_.size > f_.base ? f_.size - f_.base : 0;
+    if (data > space || data_size > space - data)
+      damaged(fmt::format(
+          "the local heap's data ({} bytes at address {}) lies past the end of the file", data_size,
+          data));
+  }
+
   const RawFile& f_;
   std::optional<DenseStorage> dense_;
   int version_ = 1;
@@ -549,7 +577,7 @@ void trust_new_object(hid_t object) {
   H5Eclear2(H5E_DEFAULT);
 }
 
-void check_attr_messages(hid_t object, const std::string& where) {
+void check_object_header(hid_t object, const std::string& where) {
   H5O_info_t info;
   detail::check<FormatError>(H5Oget_info2(object, &info, H5O_INFO_BASIC), where,
                              "cannot read the object header");

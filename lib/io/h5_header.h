@@ -11,7 +11,7 @@ namespace ckv::h5 {
 // naming `where` when one is damaged: libhdf5 1.10 decodes them without bounds checks
 // (h5_header.cpp says how). Each object is checked once per open file. The attribute
 // functions of h5_attr.cpp call it first, and so must any other H5A call.
-void check_attr_messages(hid_t object, const std::string& where);
+void check_object_header(hid_t object, const std::string& where);
 
 // Records that ckv made `object` in this process: HDF5 wrote its header, so it is not
 // checked (it may not even be on disk yet). Group::create_group and create_dataset call it.
