@@ -9,7 +9,8 @@
 // overflow in H5MM_xstrdup, heap-use-after-free in memcpy), where no return code helps.
 // Found by fuzz/fuzz_h5_info and fuzz_h5_bound_dump.
 //
-// What check_object_header does, before ckv's first attribute call on an object: asks HDF5
+// What check_object_header does, before ckv's first attribute call on an object (or walk of
+// a group's links): asks HDF5
 // for the object's address (H5Oget_info2 with H5O_INFO_BASIC, which reads the header's
 // message types, not their contents), reads the header from the file itself (the sec2
 // driver's descriptor, detail::find_damage_on_disk) and checks it as the HDF5 File Format
