@@ -457,7 +457,7 @@ void write_bound_summaries(const std::filesystem::path& h5, const std::filesyste
     for (auto& [k, v] : rep.items()) summary[k] = v;
   }
   std::ofstream json(json_path, std::ios::binary | std::ios::trunc);
-  json << summary.dump(2) << "\n";
+  json << summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // file text may be invalid UTF-8
   json.close();
   if (!json) fail<IoError>("{}: write failed", json_path.string());
 }

@@ -3,6 +3,7 @@
 #include "io/h5.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +12,7 @@
 #include <system_error>
 
 #include "io/h5_detail.h"
+#include "io/h5_header.h"
 
 namespace ckv::h5 {
 namespace detail {
@@ -53,6 +55,59 @@ std::string take_hdf5_reason() {
   for (char& ch : reason)
     if (ch == '\n' || ch == '\r' || ch == '\t') ch = ' ';
   return reason;
+}
+
+bool RawFile::read_at(uint64_t offset, uint8_t* out, uint64_t n) const {
+  if (offset > size || n > size - offset) return false;
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, out, n, static_cast<off_t>(offset));
+    if (got <= 0) return false;
+    out += got;
+    offset += static_cast<uint64_t>(got);
+    n -= static_cast<uint64_t>(got);
+  }
+  return true;
+}
+
+uint64_t decode_le(const uint8_t* p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = n; i-- > 0;) v = (v << 8) | p[i];
+  return v;
+}
+
+std::optional<std::string> find_damage_on_disk(
+    hid_t object, const std::string& where,
+    const std::function<std::optional<std::string>(const RawFile&)>& find_damage) {
+  const Handle file(check_id<FormatError>(H5Iget_file_id(object), where, "cannot find the file"));
+  const Handle fapl(
+      check_id<FormatError>(H5Fget_access_plist(file.id()), where, "file properties"));
+  if (H5Pget_driver(fapl.id()) != H5FD_SEC2) return std::nullopt;
+  const Handle fcpl(
+      check_id<FormatError>(H5Fget_create_plist(file.id()), where, "file properties"));
+  RawFile f;
+  hsize_t userblock = 0;
+  check<FormatError>(H5Pget_sizes(fcpl.id(), &f.sizeof_addr, &f.sizeof_size), where,
+                     "file properties");
+  check<FormatError>(H5Pget_userblock(fcpl.id(), &userblock), where, "file properties");
+  f.base = userblock;
+  if (f.sizeof_addr == 0 || f.sizeof_addr > 8 || f.sizeof_size == 0 || f.sizeof_size > 8)
+    fail<FormatError>("{}: damaged file: {}-byte addresses, {}-byte sizes", where, f.sizeof_addr,
+                      f.sizeof_size);
+  void* vfd = nullptr;
+  check<FormatError>(H5Fget_vfd_handle(file.id(), fapl.id(), &vfd), where, "file descriptor");
+  f.fd = *static_cast<int*>(vfd);
+  unsigned intent = 0;
+  check<FormatError>(H5Fget_intent(file.id(), &intent), where, "file intent");
+  for (int attempt = 0;; ++attempt) {
+    struct stat st {};
+    if (::fstat(f.fd, &st) != 0)
+      fail<IoError>("{}: cannot read the file: {}", where, std::strerror(errno));
+    f.size = static_cast<uint64_t>(st.st_size);
+    std::optional<std::string> damage = find_damage(f);
+    if (!damage || attempt > 0 || (intent & H5F_ACC_RDWR) == 0) return damage;
+    // The disk may be behind HDF5's cache: flush and look again.
+    check(H5Fflush(file.id(), H5F_SCOPE_LOCAL), where, "cannot write to the file");
+  }
 }
 
 }  // namespace detail
@@ -194,6 +249,34 @@ herr_t collect_name(hid_t /*group*/, const char* name, const H5L_info_t* /*info*
 
 }  // namespace
 
+namespace detail {
+
+void keep_attributes_compact(hid_t ocpl, const std::string& where) {
+  constexpr unsigned kMaxCompact = 65535;  // HDF5's limit (H5O_MAX_CRT_ORDER_IDX)
+  check(H5Pset_attr_phase_change(ocpl, kMaxCompact, 0), where, "setting attribute storage");
+}
+
+std::vector<std::string> missing_groups(const Group& group, std::string_view name) {
+  std::vector<std::string> missing;
+  std::string prefix;
+  for (const std::string_view part : split_path(name)) {
+    if (!prefix.empty()) prefix += '/';
+    prefix += part;
+    if (!missing.empty() || !group.exists(prefix)) missing.push_back(prefix);
+  }
+  return missing;
+}
+
+void trust_made_groups(const Group& group, const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    const Handle made(H5Oopen(group.id(), path.c_str(), H5P_DEFAULT));
+    if (made.valid()) trust_new_object(made.id());
+    H5Eclear2(H5E_DEFAULT);
+  }
+}
+
+}  // namespace detail
+
 Group Group::create_group(std::string_view name) {
   const std::string path = child_path(name);
   const std::string where = file_ + ":" + path;
@@ -202,9 +285,12 @@ Group Group::create_group(std::string_view name) {
   Handle gcpl(check_id(H5Pcreate(H5P_GROUP_CREATE), where, "creating group properties"));
   // No timestamps: two runs with the same inputs give the same file contents.
   check(H5Pset_obj_track_times(gcpl.id(), 0), where, "setting group properties");
+  detail::keep_attributes_compact(gcpl.id(), where);
   const std::string n(name);
+  const std::vector<std::string> made = detail::missing_groups(*this, name);
   Handle group(check_id(H5Gcreate2(id(), n.c_str(), lcpl.id(), gcpl.id(), H5P_DEFAULT), where,
                         "cannot create group"));
+  detail::trust_made_groups(*this, made);
   return Group(std::move(group), file_, path);
 }
 
@@ -225,9 +311,19 @@ Group Group::require_group(std::string_view name) {
 bool Group::exists(std::string_view name) const {
   // H5Lexists fails (rather than answering no) when an intermediate link is missing, so
   // check the path one component at a time.
+  // Each group searched is checked first (its symbol table, h5_header.h).
+  check_object_header(id(), where());
   std::string prefix;
   for (const std::string_view part : split_path(name)) {
-    if (!prefix.empty()) prefix += '/';
+    if (!prefix.empty()) {
+      const Handle searched(H5Oopen(id(), prefix.c_str(), H5P_DEFAULT));
+      if (!searched.valid()) {
+        H5Eclear2(H5E_DEFAULT);
+        return false;
+      }
+      check_object_header(searched.id(), file_ + ":" + child_path(prefix));
+      prefix += '/';
+    }
     prefix += part;
     const htri_t found = H5Lexists(id(), prefix.c_str(), H5P_DEFAULT);
     if (found < 0) {
@@ -250,14 +346,33 @@ bool Group::is_dataset(std::string_view name) const {
 std::vector<std::string> Group::children() const {
   std::vector<std::string> names;
   hsize_t index = 0;
+  check_object_header(id(), where());
   check<FormatError>(H5Literate(id(), H5_INDEX_NAME, H5_ITER_INC, &index, collect_name, &names),
                      where(), "cannot list group members");
   return names;
 }
 
+namespace {
+// Checks the headers of `name` below `parent` and of everything below it.
+void check_subtree(const Group& parent, const std::string& name) {
+  const std::string where = parent.file_name() + ":" +
+                            (parent.path() == "/" ? "" : parent.path()) + "/" + name;
+  const Handle object(
+      check_id<FormatError>(H5Oopen(parent.id(), name.c_str(), H5P_DEFAULT), where, "cannot open"));
+  check_object_header(object.id(), where);
+  if (H5Iget_type(object.id()) != H5I_GROUP) return;
+  const Group group = parent.open_group(name);
+  for (const std::string& child : group.children()) check_subtree(group, child);
+}
+}  // namespace
+
 void Group::remove(std::string_view name) {
   const std::string n(name);
-  check(H5Ldelete(id(), n.c_str(), H5P_DEFAULT), file_ + ":" + child_path(name), "cannot unlink");
+  const std::string where = file_ + ":" + child_path(name);
+  // Unlinking the last link deletes the object and everything below it, and HDF5 decodes
+  // the attribute messages of what it deletes: check their headers first (h5_header.h).
+  check_subtree(*this, n);
+  check(H5Ldelete(id(), n.c_str(), H5P_DEFAULT), where, "cannot unlink");
 }
 
 // --- File -----------------------------------------------------------------------------
@@ -319,6 +434,7 @@ File File::create(const std::filesystem::path& path) {
     fail<IoError>("{}: cannot create HDF5 file ({})", name, reason);
   }
   Handle root(check_id(H5Gopen2(file.id(), "/", H5P_DEFAULT), name, "cannot open root group"));
+  trust_new_object(root.id());
   File out(std::move(file), std::move(root), name);
   try {
     out.flush();  // an empty but valid file on disk before any record is written

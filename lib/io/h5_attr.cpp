@@ -1,10 +1,13 @@
 // Attributes of the HDF5 layer, in the types h5py writes and reads natively: scalars and
 // 1-D arrays of int64 / float64, variable-length UTF-8 strings, and bools as h5py's
-// int8 enum {FALSE = 0, TRUE = 1}.
+// int8 enum {FALSE = 0, TRUE = 1}. Every attribute call on an object comes after
+// check_object_header (h5_header.h): has_attr (which open_attr and write_attr call first),
+// attr_names and remove_attr call it.
 #include <cstring>
 
 #include "io/h5.h"
 #include "io/h5_detail.h"
+#include "io/h5_header.h"
 #include "io/h5_heap.h"
 
 namespace ckv::h5 {
@@ -130,6 +133,7 @@ herr_t collect_attr_name(hid_t /*object*/, const char* name, const H5A_info_t* /
 
 bool Object::has_attr(std::string_view name) const {
   const std::string n(name);
+  check_object_header(id(), where());
   const htri_t found = H5Aexists(id(), n.c_str());
   if (found < 0) detail::fail_hdf5<FormatError>(where(), "cannot look up attribute " + n);
   return found > 0;
@@ -138,6 +142,7 @@ bool Object::has_attr(std::string_view name) const {
 std::vector<std::string> Object::attr_names() const {
   std::vector<std::string> names;
   hsize_t index = 0;
+  check_object_header(id(), where());
   check<FormatError>(
       H5Aiterate2(id(), H5_INDEX_NAME, H5_ITER_INC, &index, collect_attr_name, &names), where(),
       "cannot list attributes");
@@ -146,6 +151,7 @@ std::vector<std::string> Object::attr_names() const {
 
 void Object::remove_attr(std::string_view name) {
   const std::string n(name);
+  check_object_header(id(), where());
   check(H5Adelete(id(), n.c_str()), where(), "cannot delete attribute " + n);
 }
 
@@ -190,7 +196,9 @@ void Object::set_attr_strings(std::string_view name, const std::vector<std::stri
 }
 
 void Object::set_attr_json(std::string_view name, const nlohmann::json& value) {
-  set_attr_string(name, value.dump());
+  // Text from files may be invalid UTF-8 (merge's merged_from holds shards' hostnames and
+  // command lines): such bytes are stored as U+FFFD rather than failing the write.
+  set_attr_string(name, value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 std::string Object::attr_string(std::string_view name) const {

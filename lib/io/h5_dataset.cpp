@@ -8,6 +8,7 @@
 #include "io/h5.h"
 #include "io/h5_detail.h"
 #include "io/h5_float16.h"
+#include "io/h5_header.h"
 #include "io/quant.h"
 
 namespace ckv::h5 {
@@ -189,6 +190,7 @@ Dataset Group::create_dataset(std::string_view name, DType dtype, const std::vec
 
   Handle dcpl(check_id(H5Pcreate(H5P_DATASET_CREATE), where, "creating dataset properties"));
   check(H5Pset_obj_track_times(dcpl.id(), 0), where, "setting dataset properties");
+  detail::keep_attributes_compact(dcpl.id(), where);
   // An empty dataset (no attention rows) cannot be chunked; it stays contiguous.
   if (!options.chunk.empty() && product(shape) > 0) {
     if (options.chunk.size() != shape.size())
@@ -215,9 +217,13 @@ Dataset Group::create_dataset(std::string_view name, DType dtype, const std::vec
   Handle dapl(check_id(H5Pcreate(H5P_DATASET_ACCESS), where, "creating dataset access properties"));
   check(H5Pset_chunk_cache(dapl.id(), 1, 0, 1.0), where, "switching off the chunk cache");
   const std::string n(name);
+  std::vector<std::string> made = detail::missing_groups(*this, name);
+  if (!made.empty()) made.pop_back();  // the dataset itself
   Handle dataset(check_id(
       H5Dcreate2(id(), n.c_str(), type.id(), space.id(), lcpl.id(), dcpl.id(), dapl.id()), where,
       "cannot create dataset"));
+  detail::trust_made_groups(*this, made);
+  trust_new_object(dataset.id());
   return Dataset(std::move(dataset), file_, path);
 }
 

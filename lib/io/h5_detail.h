@@ -4,8 +4,12 @@
 #include <hdf5.h>
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/error.h"
 #include "io/h5.h"
@@ -53,5 +57,44 @@ const char* class_name(H5T_class_t cls);
 Handle make_float16_type();
 // The HDF5 type that stores a DType in files (little-endian).
 Handle file_type(DType t);
+
+// The bytes of a file as they are on disk, read through the descriptor HDF5's sec2 driver
+// itself reads: for the checks that look at what HDF5 is about to decode (h5_heap.cpp,
+// h5_header.cpp). File addresses are relative to the userblock (`base`).
+struct RawFile {
+  int fd = -1;
+  uint64_t base = 0;  // the userblock
+  uint64_t size = 0;  // bytes on disk
+  size_t sizeof_addr = 8;
+  size_t sizeof_size = 8;
+  // Reads n bytes at file offset `offset` (not an address); false when they are not all
+  // there.
+  bool read_at(uint64_t offset, uint8_t* out, uint64_t n) const;
+};
+
+// The groups on the way to `name` (a path below `group`, itself included) that do not
+// exist yet, as paths relative to `group`; and after they were made (a create with
+// intermediate groups), records them as made by ckv (trust_new_object, h5_header.h).
+std::vector<std::string> missing_groups(const Group& group, std::string_view name);
+void trust_made_groups(const Group& group, const std::vector<std::string>& paths);
+
+// Object creation properties (of groups and datasets): attributes stay in the object header
+// however many there are. In a file HDF5 writes with version 2 object headers (one reopened
+// for --resume) it would otherwise move more than 8 into a fractal heap ("dense storage"),
+// which the header check (h5_header.cpp) does not read.
+void keep_attributes_compact(hid_t ocpl, const std::string& where);
+
+// Little-endian unsigned integer of n <= 8 bytes.
+uint64_t decode_le(const uint8_t* p, size_t n);
+
+// Runs find_damage on the bytes of the file that `object` is in and returns the damage it
+// reports. A file open for writing may have metadata that only HDF5's cache holds yet (ckv
+// flushes between records, h5.cpp): there a reported damage is looked for once more after
+// a flush, so a valid file being written never fails and the flush happens only when the
+// disk is behind. Files on other drivers than sec2 (ckv opens none) are not looked at.
+// FormatError (naming `where`) when the file's layout itself is impossible.
+std::optional<std::string> find_damage_on_disk(
+    hid_t object, const std::string& where,
+    const std::function<std::optional<std::string>(const RawFile&)>& find_damage);
 
 }  // namespace ckv::h5::detail

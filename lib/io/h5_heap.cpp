@@ -25,19 +25,13 @@
 //     what HDF5 writes (H5T_vlen_disk_write inserts exactly length x size bytes), and what
 //     H5HG_read copies into a buffer of that size.
 //  3. Any failure is a FormatError naming the file, object and attribute. A file open for
-//     writing may have collections that only HDF5's metadata cache holds yet (ckv flushes
-//     between records, see h5.cpp): there a failed check is repeated once after a flush
-//     before it is reported, so a valid file being written never fails it and the flush
-//     happens only when the disk is behind.
+//     writing may have collections that only HDF5's metadata cache holds yet: there a
+//     failed check is repeated once after a flush (detail::find_damage_on_disk).
 // Valid files read as before: the check only reads, and then the usual H5Aread converts.
 // Files on other drivers than sec2 (ckv opens none) are read without the check.
 //
 // Not guarded: HDF5 also follows the references when it deletes an object whose
 // attributes hold them; ckv deletes only objects of its own partial outputs.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -95,40 +89,18 @@ void register_conversion() {
   });
 }
 
-uint64_t decode_le(const uint8_t* p, size_t n) {
-  uint64_t v = 0;
-  for (size_t i = n; i-- > 0;) v = (v << 8) | p[i];
-  return v;
-}
-
 uint64_t align8(uint64_t x) {
   return (x + 7) / 8 * 8;
 }
 
-struct FileLayout {
-  int fd = -1;
-  uint64_t base = 0;  // the userblock: addresses are relative to it
-  uint64_t size = 0;  // bytes on disk
-  size_t sizeof_addr = 8;
-  size_t sizeof_size = 8;
-};
+using detail::decode_le;
+using FileLayout = detail::RawFile;
 
 // The objects of one collection: index -> size, or a reason why it is damaged.
 struct Collection {
   std::map<uint64_t, uint64_t> objects;
   std::string damage;
 };
-
-bool read_at(const FileLayout& f, uint64_t offset, uint8_t* out, uint64_t n) {
-  while (n > 0) {
-    const ssize_t got = ::pread(f.fd, out, n, static_cast<off_t>(offset));
-    if (got <= 0) return false;
-    out += got;
-    offset += static_cast<uint64_t>(got);
-    n -= static_cast<uint64_t>(got);
-  }
-  return true;
-}
 
 // Step 2: the collection at `addr`, parsed as H5HG__cache_heap_deserialize parses it.
 Collection parse_collection(const FileLayout& f, uint64_t addr) {
@@ -142,7 +114,7 @@ Collection parse_collection(const FileLayout& f, uint64_t addr) {
   }
   const uint64_t offset = f.base + addr;
   std::vector<uint8_t> bytes(header);
-  if (!read_at(f, offset, bytes.data(), header)) {
+  if (!f.read_at(offset, bytes.data(), header)) {
     c.damage = fmt::format("cannot read its heap collection at address {}", addr);
     return c;
   }
@@ -158,7 +130,7 @@ Collection parse_collection(const FileLayout& f, uint64_t addr) {
     return c;
   }
   bytes.resize(size);
-  if (!read_at(f, offset + header, bytes.data() + header, size - header)) {
+  if (!f.read_at(offset + header, bytes.data() + header, size - header)) {
     c.damage = fmt::format("cannot read its heap collection at address {}", addr);
     return c;
   }
@@ -238,43 +210,9 @@ void check_vlen_attr(hid_t attr, const std::string& where) {
     if (element == 0) fail<FormatError>("{}: damaged variable-length type", where);
   }
   register_conversion();
-  const Handle file(
-      detail::check_id<FormatError>(H5Iget_file_id(attr), where, "cannot find the file"));
-  const Handle fapl(
-      detail::check_id<FormatError>(H5Fget_access_plist(file.id()), where, "file properties"));
-  if (H5Pget_driver(fapl.id()) != H5FD_SEC2) return;
-  const Handle fcpl(
-      detail::check_id<FormatError>(H5Fget_create_plist(file.id()), where, "file properties"));
-  FileLayout f;
-  hsize_t userblock = 0;
-  detail::check<FormatError>(H5Pget_sizes(fcpl.id(), &f.sizeof_addr, &f.sizeof_size), where,
-                             "file properties");
-  detail::check<FormatError>(H5Pget_userblock(fcpl.id(), &userblock), where, "file properties");
-  f.base = userblock;
-  if (f.sizeof_addr == 0 || f.sizeof_addr > 8 || f.sizeof_size == 0 || f.sizeof_size > 8)
-    fail<FormatError>("{}: damaged file: {}-byte addresses, {}-byte sizes", where, f.sizeof_addr,
-                      f.sizeof_size);
-  void* vfd = nullptr;
-  detail::check<FormatError>(H5Fget_vfd_handle(file.id(), fapl.id(), &vfd), where,
-                             "file descriptor");
-  f.fd = *static_cast<int*>(vfd);
-  unsigned intent = 0;
-  detail::check<FormatError>(H5Fget_intent(file.id(), &intent), where, "file intent");
-
-  for (int attempt = 0;; ++attempt) {
-    struct stat st {};
-    if (::fstat(f.fd, &st) != 0)
-      fail<IoError>("{}: cannot read the file: {}", where, std::strerror(errno));
-    f.size = static_cast<uint64_t>(st.st_size);
-    const std::optional<std::string> damage = find_damage(attr, element, f);
-    if (!damage) return;
-    if (attempt == 0 && (intent & H5F_ACC_RDWR) != 0) {
-      // The disk may be behind HDF5's cache (see the header): flush and look again.
-      detail::check(H5Fflush(file.id(), H5F_SCOPE_LOCAL), where, "cannot write to the file");
-      continue;
-    }
-    fail<FormatError>("{}: damaged variable-length value: {}", where, *damage);
-  }
+  const std::optional<std::string> damage = detail::find_damage_on_disk(
+      attr, where, [&](const FileLayout& f) { return find_damage(attr, element, f); });
+  if (damage) fail<FormatError>("{}: damaged variable-length value: {}", where, *damage);
 }
 
 }  // namespace ckv::h5
