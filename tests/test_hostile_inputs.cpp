@@ -875,13 +875,13 @@ TEST(HostileHeader, Version2HeadersAndDenseAttributesAreChecked) {
   }
   // A heap past its starting block size: its root is an indirect block of direct blocks.
   {
-    const std::string prefix(60, 'n');
-    const fs::path many = make("many.h5", 25, prefix);
+    const std::string long_prefix(60, 'n');
+    const fs::path many = make("many.h5", 25, long_prefix);
     const std::string m = read_bytes(many);
     EXPECT_NE(m.find("FHIB"), std::string::npos);
     const h5::File f = h5::File::open_read(many);
     EXPECT_EQ(f.attr_names().size(), 25u);
-    EXPECT_EQ(f.attr_int(prefix + "24"), 124);
+    EXPECT_EQ(f.attr_int(long_prefix + "24"), 124);
   }
   std::string heap = read_bytes(dense);
   const size_t frhp = heap.find("FRHP");
