@@ -71,6 +71,8 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+
+from ckv_dump import dump_layers  # noqa: E402 (tests/reference/)
 import torch
 import torch.nn.functional as F
 
@@ -422,26 +424,7 @@ def synthetic(rng, n_head, n_kv, d, d_model, n, peak):
 
 
 def dumped(model, layers, tokens_or_text, workdir, name):
-    ckv = os.environ.get("CKV_BINARY", str(ROOT / "build/ckv"))
-    out = Path(workdir) / f"{name}.h5"
-    args = [ckv, "-q", "dump", "--model", model, "--what", "q,k,v,wo", "--dtype", "f16",
-            "--layers", ",".join(map(str, layers)), "-o", str(out), "--force"]
-    if isinstance(tokens_or_text, list):
-        tok = Path(workdir) / f"{name}.tokens"
-        tok.write_text(" ".join(map(str, tokens_or_text)))
-        args += ["--tokens", str(tok)]
-    else:
-        txt = Path(workdir) / f"{name}.txt"
-        txt.write_text(tokens_or_text)
-        args += ["--prompt-file", str(txt)]
-    subprocess.check_call(args)
-    res = {}
-    with h5py.File(out) as f:
-        rec = f["records"][list(f["records"].keys())[0]]
-        for l in layers:
-            lg = rec[f"layers/{l}"]
-            res[l] = (lg["q"][:], lg["k"][:], lg["v"][:], f[f"model/layers/{l}/W_O"][:].astype(np.float32))
-    return res
+    return dump_layers(model, layers, tokens_or_text, workdir, name, ("q", "k", "v", "wo"))
 
 
 def main():

@@ -30,13 +30,13 @@ Layout:
         layers/<l>/q [n_head, n, d], k, v [n_kv_head, n, d]
         layers/<l>/kept/<score> uint8 [budget, n_kv_head, c], score joint|key|value
 """
-import os
-import subprocess
 import tempfile
 from pathlib import Path
 
 import h5py
 import numpy as np
+
+from ckv_dump import dump_layers  # noqa: E402 (tests/reference/)
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests/data/kvpress/obcache_v1.h5"
@@ -113,23 +113,7 @@ def write_case(f, name, layers, c, n, w, kernel, how, budgets, source):
 
 
 def dumped(model, layers, tokens_or_text, workdir, name):
-    """q/k/v of `layers` by `ckv dump` (f16) on a text, or on a list of token ids."""
-    ckv = os.environ.get("CKV_BINARY", str(ROOT / "build/ckv"))
-    out = Path(workdir) / f"{name}.h5"
-    args = [ckv, "-q", "dump", "--model", model, "--what", "q,k,v", "--dtype", "f16", "--layers",
-            ",".join(map(str, layers)), "-o", str(out), "--force"]
-    if isinstance(tokens_or_text, list):
-        tok = Path(workdir) / f"{name}.tokens"
-        tok.write_text(" ".join(map(str, tokens_or_text)))
-        args += ["--tokens", str(tok)]
-    else:
-        txt = Path(workdir) / f"{name}.txt"
-        txt.write_text(tokens_or_text)
-        args += ["--prompt-file", str(txt)]
-    subprocess.check_call(args)
-    with h5py.File(out) as f:
-        rec = f["records"][list(f["records"].keys())[0]]
-        return {l: tuple(rec[f"layers/{l}/{x}"][:] for x in "qkv") for l in layers}
+    return dump_layers(model, layers, tokens_or_text, workdir, name, ("q", "k", "v"))
 
 
 def main():
