@@ -13,6 +13,7 @@
 #include <bit>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <random>
 
 #include "core/error.h"
@@ -57,11 +58,32 @@ int64_t cols_of(DType t) {
   return t == DType::Q4_K ? 512 : 32 * 19;
 }
 
-std::vector<ComputeDType> available_computes() {
-  std::vector<ComputeDType> c{ComputeDType::F32};
-  if (compute_dtype_available(ComputeDType::BF16)) c.push_back(ComputeDType::BF16);
+// Each compute dtype this build has, bf16 once per kernel (both run on any CPU: oneDNN
+// emulates the native matmul's instructions where the CPU lacks them).
+struct ComputeCase {
+  ComputeDType compute;
+  Bf16Kernel kernel;
+  std::string name() const {
+    return compute == ComputeDType::F32 ? "f32" : "bf16 " + std::string(bf16_kernel_name(kernel));
+  }
+};
+
+std::vector<ComputeCase> available_computes() {
+  std::vector<ComputeCase> c{{ComputeDType::F32, Bf16Kernel::None}};
+  if (compute_dtype_available(ComputeDType::BF16))
+    for (const Bf16Kernel k : {Bf16Kernel::NativeMatmul, Bf16Kernel::SgemmOnRoundedValues})
+      c.push_back({ComputeDType::BF16, k});
   return c;
 }
+
+// Runs bf16 on one kernel for the guard's lifetime.
+class ForcedBf16Kernel {
+ public:
+  explicit ForcedBf16Kernel(Bf16Kernel k) { detail::force_bf16_kernel(k); }
+  ~ForcedBf16Kernel() { detail::force_bf16_kernel(std::nullopt); }
+  ForcedBf16Kernel(const ForcedBf16Kernel&) = delete;
+  ForcedBf16Kernel& operator=(const ForcedBf16Kernel&) = delete;
+};
 
 // y = x W^T + b against a double-precision sum: float32 within (in+1) u |x||W| (any order of
 // summation); bf16 within the rounding of x and W to 8 bits plus the float32 sum of the
@@ -74,9 +96,11 @@ TEST(LinearEngine, WithinTheRoundingOfEachComputeDtype) {
   const int64_t out = 211,
                 rows = 37;  // several column chunks, the last one short; > kLinearFewRows
   ThreadPool pool(2);
-  for (const ComputeDType compute : available_computes())
+  for (const ComputeCase& c : available_computes())
     for (const DType t : kTypes) {
-      SCOPED_TRACE(std::string(compute_dtype_name(compute)) + " " + std::string(dtype_name(t)));
+      SCOPED_TRACE(c.name() + " " + std::string(dtype_name(t)));
+      const ComputeDType compute = c.compute;
+      const ForcedBf16Kernel forced(c.kernel);
       const int64_t in = cols_of(t);
       const std::vector<uint8_t> bytes = random_blocks(t, out, in, 41);
       const WeightMatrix w = WeightMatrix::view(t, out, in, bytes, nullptr);
@@ -119,9 +143,11 @@ TEST(LinearEngine, WithinTheRoundingOfEachComputeDtype) {
 // held at one thread), so the pool size changes nothing, bit for bit.
 TEST(LinearEngine, TiledPathIndependentOfThreadsBitForBit) {
   ThreadPool one(1), two(2), three(3);
-  for (const ComputeDType compute : available_computes())
+  for (const ComputeCase& c : available_computes())
     for (const DType t : {DType::F32, DType::Q4_1, DType::BF16}) {
-      SCOPED_TRACE(std::string(compute_dtype_name(compute)) + " " + std::string(dtype_name(t)));
+      SCOPED_TRACE(c.name() + " " + std::string(dtype_name(t)));
+      const ComputeDType compute = c.compute;
+      const ForcedBf16Kernel forced(c.kernel);
       const int64_t in = cols_of(t), out = 600;
       const std::vector<uint8_t> bytes = random_blocks(t, out, in, 51);
       const WeightMatrix w = WeightMatrix::view(t, out, in, bytes, nullptr);
@@ -136,6 +162,42 @@ TEST(LinearEngine, TiledPathIndependentOfThreadsBitForBit) {
         EXPECT_TRUE(same_bits(y1.span(), y3.span()));
       }
     }
+}
+
+// Where the CPU has no bf16 instructions, bf16 is float32 sgemm over x and W rounded to bf16
+// (Bf16Kernel::SgemmOnRoundedValues): bit for bit the float32 path on inputs that Eigen's
+// bfloat16 cast rounded, including ties, NaN, infinities and subnormals in x.
+TEST(LinearEngine, Bf16OnRoundedValuesIsFloat32OnBf16Inputs) {
+  if (!compute_dtype_available(ComputeDType::BF16)) GTEST_SKIP() << "a build without oneDNN";
+  const ForcedBf16Kernel forced(Bf16Kernel::SgemmOnRoundedValues);
+  const int64_t rows = 23, in = 96, out = 70;
+  Tensor x = random_rows(rows, in, 61);
+  const Tensor w = random_rows(out, in, 62), bias = random_rows(1, out, 63);
+  // Row rows-2: exact ties (to even: one down, one up), subnormals and a signed zero, whose
+  // outputs stay finite, so a wrong rounding shows. Row rows-1: the largest finite float (to
+  // infinity in bf16), infinities and NaNs.
+  const float ties[] = {std::bit_cast<float>(0x3f808000u), std::bit_cast<float>(0x3f818000u),
+                        std::bit_cast<float>(0xbf808000u), std::bit_cast<float>(0x00008000u),
+                        std::bit_cast<float>(0x80018000u), -0.0f};
+  const float specials[] = {std::bit_cast<float>(0x7f7fffffu),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::bit_cast<float>(0x7f800001u), std::bit_cast<float>(0xffc12345u)};
+  for (int64_t i = 0; i < in; ++i) x.data()[(rows - 2) * in + i] = ties[i % std::size(ties)];
+  std::copy(std::begin(specials), std::end(specials), x.data() + (rows - 1) * in);
+  Tensor x_rounded = x, w_rounded = w;
+  for (float& v : x_rounded.span()) v = to_bf16(v);
+  for (float& v : w_rounded.span()) v = to_bf16(v);
+  for (const int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    Tensor y_bf16, y_f32;
+    linear(x, WeightMatrix::borrow(w), bias, y_bf16, pool, ComputeDType::BF16);
+    linear(x_rounded, WeightMatrix::borrow(w_rounded), bias, y_f32, pool, ComputeDType::F32);
+    EXPECT_TRUE(same_bits(y_bf16.span(), y_f32.span())) << threads;
+    // Every row but the last is finite (its outputs are infinities and NaNs).
+    EXPECT_EQ(first_non_finite(std::span<const float>(y_bf16.data(), (rows - 1) * out)), -1);
+    EXPECT_NE(first_non_finite(std::span<const float>(y_bf16.data() + (rows - 1) * out, out)), -1);
+  }
 }
 
 TEST(LinearEngine, Bf16RefusedByABuildWithoutOneDnn) {
@@ -169,8 +231,10 @@ TEST(LinearEngine, DefaultModelIndependentOfThreadsBitForBit) {
   const std::vector<int32_t> tokens = test::random_tokens(300, model.config.vocab, 11);
   ForwardRequest req;
   req.logit_rows = {0, 150, 299};
-  for (const ComputeDType compute : available_computes()) {
-    SCOPED_TRACE(std::string(compute_dtype_name(compute)));
+  for (const ComputeCase& c : available_computes()) {
+    SCOPED_TRACE(c.name());
+    const ComputeDType compute = c.compute;
+    const ForcedBf16Kernel forced(c.kernel);
     const Tensor base = Forward(model, {.threads = 1, .compute = compute}).run(tokens, req).logits;
     for (const int threads : {2, 3})
       EXPECT_TRUE(same_bits(
@@ -197,31 +261,37 @@ TEST(LinearEngine, DefaultModelBf16LogitsNearFloat32) {
   ForwardRequest req;
   req.logit_rows = {10, 100, 150, 199};
   const Tensor f32 = Forward(model, {.threads = 2}).run(tokens, req).logits;
-  const Tensor bf16 =
-      Forward(model, {.threads = 2, .compute = ComputeDType::BF16}).run(tokens, req).logits;
-  const int64_t vocab = f32.dim(1);
-  double sum_sq = 0, sum_sq_diff = 0, worst_of_range = 0;
-  for (int64_t r = 0; r < f32.dim(0); ++r) {
-    const std::span<const float> a =
-        f32.span().subspan(static_cast<size_t>(r * vocab), static_cast<size_t>(vocab));
-    const std::span<const float> b =
-        bf16.span().subspan(static_cast<size_t>(r * vocab), static_cast<size_t>(vocab));
-    const auto [lo, hi] = std::minmax_element(a.begin(), a.end());
-    double worst = 0;
-    for (size_t j = 0; j < a.size(); ++j) {
-      const double d = double{b[j]} - a[j];
-      sum_sq += double{a[j]} * a[j];
-      sum_sq_diff += d * d;
-      worst = std::max(worst, std::abs(d));
+  for (const Bf16Kernel kernel : {Bf16Kernel::NativeMatmul, Bf16Kernel::SgemmOnRoundedValues}) {
+    SCOPED_TRACE(std::string(bf16_kernel_name(kernel)));
+    const ForcedBf16Kernel forced(kernel);
+    const Tensor bf16 =
+        Forward(model, {.threads = 2, .compute = ComputeDType::BF16}).run(tokens, req).logits;
+    const int64_t vocab = f32.dim(1);
+    double sum_sq = 0, sum_sq_diff = 0, worst_of_range = 0;
+    for (int64_t r = 0; r < f32.dim(0); ++r) {
+      const std::span<const float> a =
+          f32.span().subspan(static_cast<size_t>(r * vocab), static_cast<size_t>(vocab));
+      const std::span<const float> b =
+          bf16.span().subspan(static_cast<size_t>(r * vocab), static_cast<size_t>(vocab));
+      const auto [lo, hi] = std::minmax_element(a.begin(), a.end());
+      double worst = 0;
+      for (size_t j = 0; j < a.size(); ++j) {
+        const double d = double{b[j]} - a[j];
+        sum_sq += double{a[j]} * a[j];
+        sum_sq_diff += d * d;
+        worst = std::max(worst, std::abs(d));
+      }
+      worst_of_range = std::max(worst_of_range, worst / (double{*hi} - *lo));
     }
-    worst_of_range = std::max(worst_of_range, worst / (double{*hi} - *lo));
+    const double rms = std::sqrt(sum_sq_diff / sum_sq);
+    RecordProperty(std::string(bf16_kernel_name(kernel)) + "_rms_error_over_u",
+                   std::to_string(rms / kBf16Unit));
+    RecordProperty(std::string(bf16_kernel_name(kernel)) + "_max_error_of_range_over_u",
+                   std::to_string(worst_of_range / kBf16Unit));
+    EXPECT_LE(rms, 4 * kBf16Unit);
+    EXPECT_LE(worst_of_range, 8 * kBf16Unit);
+    EXPECT_GT(rms, kBf16Unit / 8);  // it does compute in bf16
   }
-  const double rms = std::sqrt(sum_sq_diff / sum_sq);
-  RecordProperty("rms_error_over_u", std::to_string(rms / kBf16Unit));
-  RecordProperty("max_error_of_range_over_u", std::to_string(worst_of_range / kBf16Unit));
-  EXPECT_LE(rms, 4 * kBf16Unit);
-  EXPECT_LE(worst_of_range, 8 * kBf16Unit);
-  EXPECT_GT(rms, kBf16Unit / 8);  // it does compute in bf16
 }
 
 }  // namespace

@@ -120,6 +120,7 @@ void run_timing(const ForwardCmdOptions& o, Forward& forward, const std::vector<
                       {"gemm_engine", gemm_engine_name()},
                       {"record_all", o.record_all},    {"prefill_seconds", seconds},
                       {"prefill_cpu_seconds", cpu_seconds}};
+  if (forward.compute() == ComputeDType::BF16) j["bf16_kernel"] = bf16_kernel_name();
   if (o.generate > 0) {
     // Decoding over the cache: the first token comes from the prefill's last row; one
     // untimed step (a warm-up, as bench/bench_decode.py takes for every engine), then

@@ -44,6 +44,7 @@ Provenance GlobalOptions::provenance() const {
   Provenance p = Provenance::capture(argc, argv, resolved_threads(), device);
   p.set("compute_dtype", std::string(compute_dtype_name(compute)));
   p.set("gemm_engine", std::string(gemm_engine_name()));
+  if (compute == ComputeDType::BF16) p.set("bf16_kernel", std::string(bf16_kernel_name()));
   return p;
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 // Linear layer y = x W^T + b with HF weight layout W [out, in], W in its stored dtype.
+#include <optional>
 #include <string_view>
 
 #include "core/tensor.h"
@@ -19,6 +20,16 @@ std::string_view compute_dtype_name(ComputeDType dtype);  // "f32", "bf16"
 bool compute_dtype_available(ComputeDType dtype);
 // The GEMM engine of the tiled path in this build: "onednn" or "eigen" (provenance).
 std::string_view gemm_engine_name();
+// How ComputeDType::BF16 multiplies on this CPU (chosen once, from oneDNN's view of the
+// CPU): NativeMatmul, oneDNN's bf16 matmul on bf16 dot-product instructions (AVX512_BF16 or
+// AMX); SgemmOnRoundedValues, float32 sgemm over x and W rounded to bf16 and held as float32,
+// where oneDNN would only emulate those instructions (3x slower than its sgemm). The same
+// arithmetic either way: bf16 inputs, exact products, float32 sums; only the order of the
+// sums differs. None in a build without oneDNN.
+enum class Bf16Kernel { None, NativeMatmul, SgemmOnRoundedValues };
+Bf16Kernel bf16_kernel();
+// "onednn-bf16-matmul", "onednn-sgemm-on-bf16-values" or "none" (provenance: bf16_kernel).
+std::string_view bf16_kernel_name(Bf16Kernel kernel = bf16_kernel());
 
 // x: [rows, in], weight: [out, in] (any stored dtype), bias: [out] or empty, y: [rows, out]
 // (resized). Two paths, both independent of the number of threads bit for bit:
@@ -56,6 +67,10 @@ inline constexpr int64_t kLinearFewRows = 8;
 void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y, ThreadPool& pool);
 
 namespace detail {
+// Tests only: runs ComputeDType::BF16 on `kernel` (NativeMatmul is emulated by oneDNN on a CPU
+// without bf16 instructions); nullopt restores the CPU's choice. No effect without oneDNN.
+void force_bf16_kernel(std::optional<Bf16Kernel> kernel);
+
 // Output columns per tile for a weight [out, in]: about out/16, a multiple of 16, at least
 // 32, and at most what keeps a float32 tile within 16 MiB.
 int64_t linear_column_chunk(int64_t out, int64_t in);
@@ -63,8 +78,8 @@ int64_t linear_column_chunk(int64_t out, int64_t in);
 // x: [rows, in] with row stride x_stride; w: [out, in]; bias: [out] or null;
 // y: [rows, out] with row stride y_stride.
 // Dispatches on rows (kLinearFewRows) and compute to one of the two below.
-void linear_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias, float* y,
-                int64_t y_stride, int64_t rows, ThreadPool& pool,
+void linear_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias,
+                float* y, int64_t y_stride, int64_t rows, ThreadPool& pool,
                 ComputeDType compute = ComputeDType::F32);
 // The tiled GEMM path, for any rows: one single-threaded GEMM per column chunk (oneDNN's
 // sgemm or bf16 matmul in a build with oneDNN, else Eigen's), on the pool's threads.

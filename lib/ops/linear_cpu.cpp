@@ -1,6 +1,8 @@
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include "core/error.h"
@@ -26,6 +28,36 @@ bool compute_dtype_available(ComputeDType) {
 std::string_view gemm_engine_name() {
   return "onednn";
 }
+
+namespace {
+std::optional<Bf16Kernel>& bf16_kernel_override() {
+  static std::optional<Bf16Kernel> forced;
+  return forced;
+}
+}  // namespace
+
+// oneDNN's bf16 matmul runs on bf16 dot-product instructions (AVX512_BF16, AMX) where the
+// CPU has them; elsewhere oneDNN emulates them, about 3x slower than its float32 sgemm
+// (docs/PERF.md "--compute-dtype bf16 on a CPU without bf16 instructions"). There the same
+// arithmetic -- x and W rounded to bf16, exact products (8 x 8 significant bits fit float32's
+// 24), float32 sums -- is float32 sgemm over the rounded values.
+Bf16Kernel bf16_kernel() {
+  if (bf16_kernel_override()) return *bf16_kernel_override();
+  static const Bf16Kernel kernel = [] {
+    const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+    const auto bf16 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
+    return (isa & bf16) == bf16 ? Bf16Kernel::NativeMatmul : Bf16Kernel::SgemmOnRoundedValues;
+  }();
+  return kernel;
+}
+std::string_view bf16_kernel_name(Bf16Kernel kernel) {
+  return kernel == Bf16Kernel::NativeMatmul ? "onednn-bf16-matmul" : "onednn-sgemm-on-bf16-values";
+}
+namespace detail {
+void force_bf16_kernel(std::optional<Bf16Kernel> kernel) {
+  bf16_kernel_override() = kernel;
+}
+}  // namespace detail
 #else
 bool compute_dtype_available(ComputeDType dtype) {
   return dtype == ComputeDType::F32;
@@ -33,6 +65,15 @@ bool compute_dtype_available(ComputeDType dtype) {
 std::string_view gemm_engine_name() {
   return "eigen";
 }
+Bf16Kernel bf16_kernel() {
+  return Bf16Kernel::None;
+}
+std::string_view bf16_kernel_name(Bf16Kernel) {
+  return "none";
+}
+namespace detail {
+void force_bf16_kernel(std::optional<Bf16Kernel>) {}
+}  // namespace detail
 #endif
 
 namespace detail {
@@ -172,6 +213,20 @@ const float* f32_tile(const WeightMatrix& w, int64_t begin, int64_t width) {
   return scratch.data();
 }
 
+// dst[i] = src[i] rounded to the nearest bfloat16 (ties to even), held as float32: the value
+// Eigen's float -> bfloat16 cast gives, NaN as Eigen's quiet NaN of the same sign. One
+// branch-free loop the compiler vectorises (Eigen's cast is scalar here).
+void round_to_bf16_values(const float* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, src + i, sizeof u);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    const uint32_t nan = (u & 0x80000000u) | 0x7fc00000u;
+    const uint32_t bits = (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+    std::memcpy(dst + i, &bits, sizeof bits);
+  }
+}
+
 void add_bias(const float* bias, float* y, int64_t y_stride, int64_t rows, int64_t width) {
   if (bias == nullptr) return;
   Eigen::Map<RowMatrix, 0, Stride> y_chunk(y, rows, width, Stride(y_stride));
@@ -195,12 +250,33 @@ void linear_tiled_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, c
     return;
   }
 #if defined(CKV_HAVE_DNNL)
-  // x rounded to bf16 once per call (row blocks over the pool; each element's rounding is
-  // the same whoever does it), then each chunk rounds its float32 tile and multiplies.
+  constexpr int64_t kRowsPerTask = 64;
+  if (bf16_kernel() == Bf16Kernel::SgemmOnRoundedValues) {
+    // The bf16 values held as float32: x rounded once per call, each tile per chunk.
+    thread_local std::vector<float> x_rounded;  // the calling thread's, [rows, in]
+    x_rounded.resize(static_cast<size_t>(rows * in));
+    float* xr = x_rounded.data();
+    pool.parallel_for((rows + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t t) {
+      const int64_t r0 = t * kRowsPerTask, n = std::min(kRowsPerTask, rows - r0);
+      for (int64_t r = r0; r < r0 + n; ++r) round_to_bf16_values(x + r * x_stride, xr + r * in, in);
+    });
+    pool.parallel_for(chunks, [&](int64_t c) {
+      const int64_t begin = c * chunk, width = std::min(chunk, out - begin);
+      const float* tile = f32_tile(w, begin, width);
+      thread_local std::vector<float> tile_rounded;
+      tile_rounded.resize(static_cast<size_t>(width * in));
+      round_to_bf16_values(tile, tile_rounded.data(), width * in);
+      gemm_f32(xr, in, tile_rounded.data(), width, in, y + begin, y_stride, rows);
+      add_bias(bias == nullptr ? nullptr : bias + begin, y + begin, y_stride, rows, width);
+    });
+    return;
+  }
+  // Native: x rounded to bf16 once per call (row blocks over the pool; each element's
+  // rounding is the same whoever does it), then each chunk rounds its float32 tile and
+  // multiplies.
   thread_local std::vector<Eigen::bfloat16> x_bf16;  // the calling thread's, [rows, in]
   x_bf16.resize(static_cast<size_t>(rows * in));
   Eigen::bfloat16* xb = x_bf16.data();
-  constexpr int64_t kRowsPerTask = 64;
   pool.parallel_for((rows + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t t) {
     const int64_t r0 = t * kRowsPerTask, n = std::min(kRowsPerTask, rows - r0);
     const Eigen::Map<const RowMatrix, 0, Stride> src(x + r0 * x_stride, n, in, Stride(x_stride));

@@ -70,6 +70,9 @@ def test_bf16_runs_and_is_recorded(engine, tmp_path):
         pytest.skip("built without oneDNN: bf16 is refused (test above)")
     t32, t16 = timing(tmp_path), timing(tmp_path, "--compute-dtype", "bf16")
     assert (t32["compute_dtype"], t16["compute_dtype"]) == ("f32", "bf16")
+    # How bf16 multiplies on this CPU: native bf16 instructions, or float32 sgemm on bf16 values.
+    assert "bf16_kernel" not in t32
+    assert t16["bf16_kernel"] in ("onednn-bf16-matmul", "onednn-sgemm-on-bf16-values"), t16
     jsonl = tmp_path / "in.jsonl"
     jsonl.write_text(json.dumps({"id": "a", "context": "The Eiffel Tower stands in Paris. " * 4}) + "\n")
     for dtype in ("f32", "bf16"):
@@ -81,3 +84,4 @@ def test_bf16_runs_and_is_recorded(engine, tmp_path):
             attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
             assert attrs["compute_dtype"] == dtype, attrs
             assert attrs["gemm_engine"] == "onednn", attrs
+            assert (attrs.get("bf16_kernel") == t16["bf16_kernel"]) == (dtype == "bf16"), attrs
