@@ -8,6 +8,24 @@
 #include <cstddef>
 #include <string>
 
+namespace ckv::cuda {
+
+// The per-device state behind the opaque handle of cuda_ops.h: one stream, the cuBLAS
+// handle bound to it. Created once per execution context; not shared between host threads.
+class DeviceContext {
+ public:
+  explicit DeviceContext(int device_index);
+  ~DeviceContext();
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+};
+
+}  // namespace ckv::cuda
+
 namespace ckv::cuda::detail {
 
 // Throws ckv::DeviceError(message): compiled by the host compiler (device_error.cpp), so the

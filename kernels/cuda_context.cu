@@ -12,6 +12,43 @@ bool available() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
+DeviceContext::DeviceContext(int device_index) : device(device_index) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+    detail::raise_device_error("CUDA: no CUDA device found (the driver reports none)");
+  if (device_index < 0 || device_index >= count)
+    detail::raise_device_error("CUDA: no device cuda:" + std::to_string(device_index) + " (" +
+                               std::to_string(count) + " present)");
+  CKV_CUDA_CHECK(cudaSetDevice(device_index));
+  CKV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const cublasStatus_t status = cublasCreate(&blas);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    cudaStreamDestroy(stream);
+    detail::throw_cublas_error(status, "cublasCreate(&blas)", __FILE__, __LINE__);
+  }
+  CKV_CUBLAS_CHECK(cublasSetStream(blas, stream));
+}
+
+DeviceContext::~DeviceContext() {
+  // Destructors report nothing: the stream's pending work is abandoned with the context.
+  cudaSetDevice(device);
+  cudaStreamSynchronize(stream);
+  cublasDestroy(blas);
+  cudaStreamDestroy(stream);
+}
+
+DeviceContext* create_context(int device_index) {
+  return new DeviceContext(device_index);
+}
+
+void destroy_context(DeviceContext* context) noexcept {
+  delete context;
+}
+
+void* stream(DeviceContext& context) {
+  return context.stream;
+}
+
 namespace detail {
 
 void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {

@@ -11,6 +11,16 @@ namespace ckv::cuda {
 // True when ckv was built with CUDA and a device is present.
 bool available();
 
+// Everything one CUDA device needs, created once per execution context (ops/context.h):
+// the stream every launcher runs on, and the cuBLAS handle bound to it. Opaque here.
+class DeviceContext;
+// Selects device `device_index` and creates its stream and handle; throws DeviceError
+// (no device, a build without CUDA, a failed call).
+DeviceContext* create_context(int device_index);
+void destroy_context(DeviceContext* context) noexcept;  // null is allowed
+// The context's cudaStream_t, as an opaque handle.
+void* stream(DeviceContext& context);
+
 // RMSNorm (ops/rms_norm.h): y = x * rsqrt(mean(x^2) + eps) * w, one CUDA block per row.
 // Host pointers, copied through device buffers. x, y: [rows, cols]; w: [cols].
 void rms_norm(const float* x_host, const float* w_host, float* y_host, int64_t rows, int64_t cols,

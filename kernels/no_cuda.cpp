@@ -16,6 +16,17 @@ bool available() {
   return false;
 }
 
+class DeviceContext {};
+DeviceContext* create_context(int) {
+  no_cuda("create_context");
+}
+void destroy_context(DeviceContext* context) noexcept {
+  delete context;
+}
+void* stream(DeviceContext&) {
+  return nullptr;
+}
+
 void rms_norm(const float*, const float*, float*, int64_t, int64_t, float) {
   no_cuda("rms_norm");
 }

@@ -43,7 +43,8 @@ TEST(CudaOps, RmsNormMatchesCpu) {
   for (int64_t cols : {7, 256, 576, 4099}) {
     const Tensor x = random_tensor({33, cols}, 1), w = random_tensor({cols}, 2);
     Tensor cpu, gpu({33, cols});
-    rms_norm(x, w, 1e-5f, cpu);
+    ExecContext ctx;
+    rms_norm(ctx, x, w, 1e-5f, cpu);
     cuda::rms_norm(x.data(), w.data(), gpu.data(), 33, cols, 1e-5f);
     EXPECT_LE(relative_error(gpu, cpu), kFp32RelTolerance) << cols;
   }
@@ -52,9 +53,9 @@ TEST(CudaOps, RmsNormMatchesCpu) {
 TEST(CudaOps, LinearMatchesCpu) {
   if (!cuda::available()) GTEST_SKIP() << "no CUDA device";
   const Tensor x = random_tensor({19, 130}, 3), w = random_tensor({70, 130}, 4);
-  ThreadPool pool(1);
+  ExecContext ctx;
   Tensor cpu, gpu({19, 70});
-  linear(x, w, Tensor(), cpu, pool);
+  linear(ctx, x, w, Tensor(), cpu);
   cuda::linear(x.data(), w.data(), gpu.data(), 19, 130, 70);
   EXPECT_LE(relative_error(gpu, cpu), kFp32RelTolerance);
 }
