@@ -8,13 +8,33 @@
 // Arguments are checked by the caller; CUDA failures throw DeviceError.
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "io/weight_matrix.h"
 #include "ops/attention.h"
 #include "ops/context.h"
 #include "ops/rope.h"
 
+namespace ckv::cuda {
+struct DeviceWeight;
+}
+
 namespace ckv::detail {
+
+// The device copy of w in the context's CUDA context, uploaded (rows in HF order) the first
+// time this context sees w's storage.
+const cuda::DeviceWeight& resident_weight(ExecContext& ctx, const WeightMatrix& w);
+
+// The additive attention mask grouped by (KV head, key), as the CUDA kernel reads it
+// (kernels/cuda_ops.h DeviceMask): entries of (g, j) are [offsets[g*seq + j],
+// offsets[g*seq + j + 1]), in the order of the spans. Spans already checked.
+struct AttentionMaskByKey {
+  std::vector<int64_t> offsets;  // [n_kv_head*seq + 1]
+  std::vector<int64_t> q_begin;  // [entries]
+  std::vector<int64_t> q_end;    // [entries]
+  std::vector<float> value;      // [entries]
+};
+AttentionMaskByKey attention_mask_by_key(std::span<const AttentionMaskSpan> spans, int64_t n_kv_head, int64_t seq);
 
 // x: [rows, in] (row stride x_stride); w: [out, in]; bias: [out] or null; y: [rows, out] (row
 // stride y_stride). Dispatches on the context's device: linear_cpu or linear_cuda.
