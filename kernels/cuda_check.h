@@ -65,7 +65,11 @@ class DeviceContext {
     DeviceWeight weight;
   };
   std::unordered_map<const void*, Resident> weights;                          // by host storage
-  std::unordered_map<const float*, std::unique_ptr<detail::DeviceBuffer>> vectors;  // by host pointer
+  struct ResidentVector {
+    std::unique_ptr<detail::DeviceBuffer> values;
+    int64_t n = 0;
+  };
+  std::unordered_map<const float*, ResidentVector> vectors;  // by host pointer
 };
 
 inline cudaStream_t as_stream(void* stream) {

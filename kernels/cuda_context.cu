@@ -89,7 +89,11 @@ const DeviceWeight* find_weight(DeviceContext& context, const void* key) {
 
 const DeviceWeight& upload_weight(DeviceContext& context, const void* key, op_math::Format format, int64_t rows,
                                   int64_t cols, int64_t row_bytes, const uint8_t* const* host_rows) {
-  if (const DeviceWeight* known = find_weight(context, key)) return *known;
+  if (const DeviceWeight* known = find_weight(context, key)) {
+    if (known->format == format && known->rows == rows && known->cols == cols && known->row_bytes == row_bytes)
+      return *known;
+    context.weights.erase(key);  // the host storage now holds another weight
+  }
   if (rows <= 0 || cols <= 0 || row_bytes <= 0)
     detail::raise_device_error("CUDA: weight of shape [" + std::to_string(rows) + ", " + std::to_string(cols) +
                                "] cannot be uploaded");
@@ -113,12 +117,16 @@ const DeviceWeight& upload_weight(DeviceContext& context, const void* key, op_ma
 }
 
 const float* device_vector(DeviceContext& context, const float* host, int64_t n) {
-  auto& buffer = context.vectors[host];
-  if (!buffer) {
-    buffer = std::make_unique<detail::DeviceBuffer>(static_cast<size_t>(n) * sizeof(float));
-    CKV_CUDA_CHECK(cudaMemcpy(buffer->get(), host, static_cast<size_t>(n) * sizeof(float), cudaMemcpyHostToDevice));
+  auto& resident = context.vectors[host];
+  if (!resident.values || resident.n != n) {
+    resident.values.reset();
+    resident.values = std::make_unique<detail::DeviceBuffer>(static_cast<size_t>(n) * sizeof(float));
+    resident.n = n;
+    // Synchronous: work already on the stream may not read a vector it does not know.
+    CKV_CUDA_CHECK(cudaMemcpy(resident.values->get(), host, static_cast<size_t>(n) * sizeof(float),
+                              cudaMemcpyHostToDevice));
   }
-  return static_cast<const float*>(buffer->get());
+  return static_cast<const float*>(resident.values->get());
 }
 
 namespace detail {

@@ -53,13 +53,15 @@ struct DeviceWeight {
   int64_t rows = 0, cols = 0, row_bytes = 0;
   const uint8_t* data = nullptr;
 };
-// The device copy of the host weight identified by `key` (its storage; it must outlive the
-// context), or null before upload_weight().
+// The device copy of the host weight identified by `key` (its storage, which must not
+// change while the context lives: copies are not refreshed), or null before upload_weight().
 const DeviceWeight* find_weight(DeviceContext& context, const void* key);
-// Uploads the weight once: host_rows [rows] point at each HF row's stored bytes.
+// Uploads the weight once: host_rows [rows] point at each HF row's stored bytes. A key seen
+// with another format or shape (storage freed and reused) is uploaded again.
 const DeviceWeight& upload_weight(DeviceContext& context, const void* key, op_math::Format format, int64_t rows,
                                   int64_t cols, int64_t row_bytes, const uint8_t* const* host_rows);
-// A float32 vector weight (norm weights, biases) [n], uploaded on first use of `host`.
+// A float32 vector weight (norm weights, biases) [n], uploaded on first use of `host` (again
+// if n changed).
 const float* device_vector(DeviceContext& context, const float* host, int64_t n);
 
 // ---- Launchers (enqueue on `stream`) --------------------------------------------------

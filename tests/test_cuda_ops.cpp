@@ -40,11 +40,17 @@ double relative_error(const Tensor& gpu, const Tensor& cpu) {
   return scale == 0 ? worst : worst / scale;
 }
 
+// A device context keeps device copies of the weights it has seen, by host address; the
+// cases below free and remake host weights, so each gets a fresh context (fresh_gpu()).
 class CudaOps : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!cuda::available()) GTEST_SKIP() << "no CUDA device";
+    fresh_gpu();
+  }
+  ExecContext& fresh_gpu() {
     gpu_ = std::make_unique<ExecContext>(ExecOptions{.device = Device::CUDA});
+    return *gpu_;
   }
   ExecContext cpu_{{.threads = 2}};
   std::unique_ptr<ExecContext> gpu_;
@@ -67,7 +73,7 @@ TEST_F(CudaOps, RmsNormMatchesCpu) {
     const Tensor x = random_tensor({33, cols}, 1), w = random_tensor({cols}, 2);
     Tensor cpu, gpu;
     rms_norm(cpu_, x, w, 1e-5f, cpu);
-    rms_norm(*gpu_, x, w, 1e-5f, gpu);
+    rms_norm(fresh_gpu(), x, w, 1e-5f, gpu);
     EXPECT_LE(relative_error(gpu, cpu), kFp32RelTolerance) << cols;
   }
 }
@@ -96,6 +102,7 @@ TEST_F(CudaOps, LinearMatchesCpuInEveryStoredDtypeWithBiasAndRowMap) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K,
                   DType::Q6_K}) {
     SCOPED_TRACE(std::string(dtype_name(t)));
+    ExecContext& gpu_ctx = fresh_gpu();
     const int64_t in = 512, out = 96;
     const std::vector<uint8_t> bytes = random_blocks(t, out, in, 6);
     WeightMatrix w = WeightMatrix::view(t, out, in, bytes, nullptr);
@@ -107,7 +114,7 @@ TEST_F(CudaOps, LinearMatchesCpuInEveryStoredDtypeWithBiasAndRowMap) {
       const Tensor x = random_tensor({rows, in}, 8);
       Tensor cpu, gpu;
       linear(cpu_, x, w, bias, cpu);
-      linear(*gpu_, x, w, bias, gpu);
+      linear(gpu_ctx, x, w, bias, gpu);
       EXPECT_LE(relative_error(gpu, cpu), kFp32RelTolerance) << rows;
     }
   }

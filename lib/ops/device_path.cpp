@@ -50,7 +50,10 @@ void collect(cuda::DeviceContext& dc, float* host, const float* device, int64_t 
 const cuda::DeviceWeight& resident_weight(ExecContext& ctx, const WeightMatrix& w) {
   cuda::DeviceContext& dc = device_of(ctx);
   const void* key = w.row(0);  // the stored bytes identify the weight (a row map keeps row 0's)
-  if (const cuda::DeviceWeight* known = cuda::find_weight(dc, key)) return *known;
+  if (const cuda::DeviceWeight* known = cuda::find_weight(dc, key);
+      known != nullptr && known->rows == w.rows() && known->cols == w.cols() && known->row_bytes == w.row_bytes() &&
+      known->format == format_of(w.dtype()))
+    return *known;
   std::vector<const uint8_t*> rows(static_cast<size_t>(w.rows()));  // [rows] HF order
   for (int64_t r = 0; r < w.rows(); ++r) rows[static_cast<size_t>(r)] = w.row(r);
   return cuda::upload_weight(dc, key, format_of(w.dtype()), w.rows(), w.cols(), w.row_bytes(), rows.data());
