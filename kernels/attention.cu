@@ -24,23 +24,24 @@ namespace ckv::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kRows = 4;                         // query rows (warps) per block
-constexpr int kMaxPerLane = 8;                   // d_head <= 32 * 8
+constexpr int kRows = 4;        // query rows (warps) per block
+constexpr int kMaxPerLane = 8;  // d_head <= 32 * 8
 constexpr int64_t kMaxDHead = kWarp * kMaxPerLane;
 
 __device__ float warp_all_sum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 
 __global__ void causal_attention_kernel(const float* __restrict__ q, const float* __restrict__ k,
-                                        const float* __restrict__ v, float* __restrict__ out, int64_t n_head,
-                                        int64_t n_kv_head, int64_t seq, int64_t d_head, float scale,
-                                        DeviceMask mask) {
+                                        const float* __restrict__ v, float* __restrict__ out,
+                                        int64_t n_head, int64_t n_kv_head, int64_t seq,
+                                        int64_t d_head, float scale, DeviceMask mask) {
   const int lane = threadIdx.x % kWarp;
   const int64_t row = blockIdx.x * int64_t{kRows} + threadIdx.x / kWarp;
   const int64_t h = blockIdx.y, g = h / (n_head / n_kv_head);
-  if (row >= seq) return;  // a whole warp leaves together
+  if (row >= seq) return;                             // a whole warp leaves together
   const float* q_row = q + (h * seq + row) * d_head;  // [d_head]
   const float* k_head = k + g * seq * d_head;         // [seq, d_head]
   const float* v_head = v + g * seq * d_head;         // [seq, d_head]
@@ -79,18 +80,21 @@ __global__ void causal_attention_kernel(const float* __restrict__ q, const float
 
 }  // namespace
 
-void causal_attention(const float* q, const float* k, const float* v, float* out, int64_t n_head, int64_t n_kv_head,
-                      int64_t seq, int64_t d_head, const DeviceMask& mask, void* stream) {
-  if (n_head <= 0 || n_kv_head <= 0 || n_head % n_kv_head != 0 || d_head <= 0 || d_head > kMaxDHead || seq < 0 ||
-      n_head > 65535)
-    detail::raise_device_error("cuda::causal_attention: unsupported shape: n_head " + std::to_string(n_head) +
-                               ", n_kv_head " + std::to_string(n_kv_head) + ", d_head " + std::to_string(d_head) +
-                               " (at most " + std::to_string(kMaxDHead) + ")");
+void causal_attention(const float* q, const float* k, const float* v, float* out, int64_t n_head,
+                      int64_t n_kv_head, int64_t seq, int64_t d_head, const DeviceMask& mask,
+                      void* stream) {
+  if (n_head <= 0 || n_kv_head <= 0 || n_head % n_kv_head != 0 || d_head <= 0 ||
+      d_head > kMaxDHead || seq < 0 || n_head > 65535)
+    detail::raise_device_error("cuda::causal_attention: unsupported shape: n_head " +
+                               std::to_string(n_head) + ", n_kv_head " + std::to_string(n_kv_head) +
+                               ", d_head " + std::to_string(d_head) + " (at most " +
+                               std::to_string(kMaxDHead) + ")");
   if (seq == 0) return;
-  const dim3 grid(detail::grid_size((seq + kRows - 1) / kRows, "causal_attention"), static_cast<unsigned>(n_head));
+  const dim3 grid(detail::grid_size((seq + kRows - 1) / kRows, "causal_attention"),
+                  static_cast<unsigned>(n_head));
   const float scale = 1.0f / sqrtf(static_cast<float>(d_head));
-  causal_attention_kernel<<<grid, kRows * kWarp, 0, as_stream(stream)>>>(q, k, v, out, n_head, n_kv_head, seq,
-                                                                          d_head, scale, mask);
+  causal_attention_kernel<<<grid, kRows * kWarp, 0, as_stream(stream)>>>(
+      q, k, v, out, n_head, n_kv_head, seq, d_head, scale, mask);
   CKV_CUDA_CHECK_LAUNCH();
 }
 

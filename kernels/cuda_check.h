@@ -64,7 +64,7 @@ class DeviceContext {
     std::unique_ptr<detail::DeviceBuffer> bytes;
     DeviceWeight weight;
   };
-  std::unordered_map<const void*, Resident> weights;                          // by host storage
+  std::unordered_map<const void*, Resident> weights;  // by host storage
   struct ResidentVector {
     std::unique_ptr<detail::DeviceBuffer> values;
     int64_t n = 0;

@@ -87,16 +87,18 @@ const DeviceWeight* find_weight(DeviceContext& context, const void* key) {
   return it == context.weights.end() ? nullptr : &it->second.weight;
 }
 
-const DeviceWeight& upload_weight(DeviceContext& context, const void* key, op_math::Format format, int64_t rows,
-                                  int64_t cols, int64_t row_bytes, const uint8_t* const* host_rows) {
+const DeviceWeight& upload_weight(DeviceContext& context, const void* key, op_math::Format format,
+                                  int64_t rows, int64_t cols, int64_t row_bytes,
+                                  const uint8_t* const* host_rows) {
   if (const DeviceWeight* known = find_weight(context, key)) {
-    if (known->format == format && known->rows == rows && known->cols == cols && known->row_bytes == row_bytes)
+    if (known->format == format && known->rows == rows && known->cols == cols &&
+        known->row_bytes == row_bytes)
       return *known;
     context.weights.erase(key);  // the host storage now holds another weight
   }
   if (rows <= 0 || cols <= 0 || row_bytes <= 0)
-    detail::raise_device_error("CUDA: weight of shape [" + std::to_string(rows) + ", " + std::to_string(cols) +
-                               "] cannot be uploaded");
+    detail::raise_device_error("CUDA: weight of shape [" + std::to_string(rows) + ", " +
+                               std::to_string(cols) + "] cannot be uploaded");
   DeviceContext::Resident resident;
   const auto total = static_cast<size_t>(rows) * static_cast<size_t>(row_bytes);
   resident.bytes = std::make_unique<detail::DeviceBuffer>(total);
@@ -108,8 +110,9 @@ const DeviceWeight& upload_weight(DeviceContext& context, const void* key, op_ma
     const int64_t count = std::min(rows_per_copy, rows - begin);
     for (int64_t r = 0; r < count; ++r)
       std::copy_n(host_rows[begin + r], row_bytes, staging.data() + r * row_bytes);
-    CKV_CUDA_CHECK(cudaMemcpyAsync(base + begin * row_bytes, staging.data(), static_cast<size_t>(count * row_bytes),
-                                   cudaMemcpyHostToDevice, context.stream));
+    CKV_CUDA_CHECK(cudaMemcpyAsync(base + begin * row_bytes, staging.data(),
+                                   static_cast<size_t>(count * row_bytes), cudaMemcpyHostToDevice,
+                                   context.stream));
     CKV_CUDA_CHECK(cudaStreamSynchronize(context.stream));  // before staging is reused
   }
   resident.weight = {format, rows, cols, row_bytes, base};
@@ -120,7 +123,8 @@ const float* device_vector(DeviceContext& context, const float* host, int64_t n)
   auto& resident = context.vectors[host];
   if (!resident.values || resident.n != n) {
     resident.values.reset();
-    resident.values = std::make_unique<detail::DeviceBuffer>(static_cast<size_t>(n) * sizeof(float));
+    resident.values =
+        std::make_unique<detail::DeviceBuffer>(static_cast<size_t>(n) * sizeof(float));
     resident.n = n;
     // Synchronous: work already on the stream may not read a vector it does not know.
     CKV_CUDA_CHECK(cudaMemcpy(resident.values->get(), host, static_cast<size_t>(n) * sizeof(float),
@@ -132,18 +136,19 @@ const float* device_vector(DeviceContext& context, const float* host, int64_t n)
 namespace detail {
 
 void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
-  raise_device_error(std::string("CUDA: ") + call + " failed: " + cudaGetErrorString(status) + " (" + file + ":" +
-                     std::to_string(line) + ")");
+  raise_device_error(std::string("CUDA: ") + call + " failed: " + cudaGetErrorString(status) +
+                     " (" + file + ":" + std::to_string(line) + ")");
 }
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
-  raise_device_error(std::string("cuBLAS: ") + call + " failed: " + cublasGetStatusString(status) + " (" + file +
-                     ":" + std::to_string(line) + ")");
+  raise_device_error(std::string("cuBLAS: ") + call + " failed: " + cublasGetStatusString(status) +
+                     " (" + file + ":" + std::to_string(line) + ")");
 }
 
 unsigned grid_size(int64_t blocks, const char* kernel) {
   if (blocks < 0 || blocks > 0x7fffffff)
-    raise_device_error(std::string("CUDA: ") + kernel + ": " + std::to_string(blocks) + " blocks exceed the grid");
+    raise_device_error(std::string("CUDA: ") + kernel + ": " + std::to_string(blocks) +
+                       " blocks exceed the grid");
   return static_cast<unsigned>(blocks);
 }
 
@@ -155,8 +160,8 @@ DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
     size_t free = 0, total = 0;
     cudaMemGetInfo(&free, &total);
     raise_device_error("CUDA: out of device memory: " + std::to_string(bytes) + " bytes asked, " +
-                       std::to_string(free) + " of " + std::to_string(total) + " free (" + cudaGetErrorString(status) +
-                       ")");
+                       std::to_string(free) + " of " + std::to_string(total) + " free (" +
+                       cudaGetErrorString(status) + ")");
   }
   if (status != cudaSuccess) throw_cuda_error(status, "cudaMalloc", __FILE__, __LINE__);
 }

@@ -58,8 +58,9 @@ struct DeviceWeight {
 const DeviceWeight* find_weight(DeviceContext& context, const void* key);
 // Uploads the weight once: host_rows [rows] point at each HF row's stored bytes. A key seen
 // with another format or shape (storage freed and reused) is uploaded again.
-const DeviceWeight& upload_weight(DeviceContext& context, const void* key, op_math::Format format, int64_t rows,
-                                  int64_t cols, int64_t row_bytes, const uint8_t* const* host_rows);
+const DeviceWeight& upload_weight(DeviceContext& context, const void* key, op_math::Format format,
+                                  int64_t rows, int64_t cols, int64_t row_bytes,
+                                  const uint8_t* const* host_rows);
 // A float32 vector weight (norm weights, biases) [n], uploaded on first use of `host` (again
 // if n changed).
 const float* device_vector(DeviceContext& context, const float* host, int64_t n);
@@ -67,11 +68,13 @@ const float* device_vector(DeviceContext& context, const float* host, int64_t n)
 // ---- Launchers (enqueue on `stream`) --------------------------------------------------
 
 // RMSNorm (ops/rms_norm.h). x, y: [rows, cols]; w: [cols]. y may equal x.
-void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps, void* stream);
+void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps,
+              void* stream);
 
 // RoPE in place (ops/rope.h). x: [heads, seq, 2*half]; cos, sin: [seq, half], the table's
 // rows of these positions.
-void rope(float* x, int64_t heads, int64_t seq, int64_t half, const float* cos, const float* sin, void* stream);
+void rope(float* x, int64_t heads, int64_t seq, int64_t half, const float* cos, const float* sin,
+          void* stream);
 
 // gate <- silu(gate) * up. gate, up: [n].
 void silu_mul(float* gate, const float* up, int64_t n, void* stream);
@@ -83,8 +86,8 @@ void dequantize_rows(const DeviceWeight& w, int64_t begin, int64_t count, float*
 // y: [rows, w.rows] (row stride y_stride). Float32 weights are multiplied in place; others
 // are dequantised to float32 in column tiles in the context's workspace (slot 7) and
 // multiplied by cuBLAS SGEMM on the context's stream.
-void linear(DeviceContext& context, const float* x, int64_t x_stride, int64_t rows, const DeviceWeight& w,
-            const float* bias, float* y, int64_t y_stride);
+void linear(DeviceContext& context, const float* x, int64_t x_stride, int64_t rows,
+            const DeviceWeight& w, const float* bias, float* y, int64_t y_stride);
 
 // The additive mask of causal_attention (ops/attention.h) by key: the entries of KV head g
 // and key j are [offsets[g*seq + j], offsets[g*seq + j + 1]); entry e adds value[e] to the
@@ -98,6 +101,7 @@ struct DeviceMask {
 // Causal attention with grouped KV heads. q: [n_head, seq, d_head]; k, v: [n_kv_head, seq,
 // d_head]; out: [seq, n_head*d_head]. d_head <= 256.
 void causal_attention(const float* q, const float* k, const float* v, float* out, int64_t n_head,
-                      int64_t n_kv_head, int64_t seq, int64_t d_head, const DeviceMask& mask, void* stream);
+                      int64_t n_kv_head, int64_t seq, int64_t d_head, const DeviceMask& mask,
+                      void* stream);
 
 }  // namespace ckv::cuda

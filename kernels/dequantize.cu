@@ -16,10 +16,12 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void dequantize_kernel(op_math::Format format, const uint8_t* __restrict__ data, int64_t row_bytes,
-                                  int64_t cols, int64_t begin, int64_t count, float* __restrict__ dst) {
+__global__ void dequantize_kernel(op_math::Format format, const uint8_t* __restrict__ data,
+                                  int64_t row_bytes, int64_t cols, int64_t begin, int64_t count,
+                                  float* __restrict__ dst) {
   const int64_t n = count * cols;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = e / cols, c = e % cols;
     dst[e] = op_math::dequant_element(format, data + (begin + r) * row_bytes, c);
   }
@@ -27,10 +29,12 @@ __global__ void dequantize_kernel(op_math::Format format, const uint8_t* __restr
 
 }  // namespace
 
-void dequantize_rows(const DeviceWeight& w, int64_t begin, int64_t count, float* dst, void* stream) {
+void dequantize_rows(const DeviceWeight& w, int64_t begin, int64_t count, float* dst,
+                     void* stream) {
   if (begin < 0 || count < 0 || begin + count > w.rows)
     detail::raise_device_error("cuda::dequantize_rows: rows [" + std::to_string(begin) + ", " +
-                               std::to_string(begin + count) + ") outside " + std::to_string(w.rows));
+                               std::to_string(begin + count) + ") outside " +
+                               std::to_string(w.rows));
   const int64_t n = count * w.cols;
   if (n == 0) return;
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65535);

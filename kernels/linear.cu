@@ -24,10 +24,11 @@ constexpr int64_t kTileFloats = int64_t{16} << 20;  // 64 MiB of float32 tile
 constexpr int kTileSlot = kWorkspaceSlots - 1;
 
 // y: [rows, out] (row stride y_stride) += bias [out] broadcast over rows.
-__global__ void add_bias_kernel(float* y, int64_t y_stride, const float* __restrict__ bias, int64_t rows,
-                                int64_t out) {
+__global__ void add_bias_kernel(float* y, int64_t y_stride, const float* __restrict__ bias,
+                                int64_t rows, int64_t out) {
   const int64_t n = rows * out;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x)
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * blockDim.x)
     y[(e / out) * y_stride + e % out] += bias[e % out];
 }
 
@@ -40,8 +41,8 @@ int as_int(int64_t v, const char* what) {
 
 }  // namespace
 
-void linear(DeviceContext& context, const float* x, int64_t x_stride, int64_t rows, const DeviceWeight& w,
-            const float* bias, float* y, int64_t y_stride) {
+void linear(DeviceContext& context, const float* x, int64_t x_stride, int64_t rows,
+            const DeviceWeight& w, const float* bias, float* y, int64_t y_stride) {
   if (rows == 0) return;
   const int m_rows = as_int(rows, "rows"), in = as_int(w.cols, "in"), out = as_int(w.rows, "out");
   const int ldx = as_int(x_stride, "x stride"), ldy = as_int(y_stride, "y stride");
@@ -49,22 +50,24 @@ void linear(DeviceContext& context, const float* x, int64_t x_stride, int64_t ro
   if (w.format == op_math::Format::F32) {
     // The stored rows are the float32 [out, in] matrix itself.
     CKV_CUBLAS_CHECK(cublasSgemm(context.blas, CUBLAS_OP_T, CUBLAS_OP_N, out, m_rows, in, &one,
-                                 reinterpret_cast<const float*>(w.data), in, x, ldx, &zero, y, ldy));
+                                 reinterpret_cast<const float*>(w.data), in, x, ldx, &zero, y,
+                                 ldy));
   } else {
     const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(w.rows, kTileFloats / w.cols));
-    float* tile = workspace(context, kTileSlot, static_cast<size_t>(chunk * w.cols));  // [chunk, in]
+    float* tile =
+        workspace(context, kTileSlot, static_cast<size_t>(chunk * w.cols));  // [chunk, in]
     for (int64_t c0 = 0; c0 < w.rows; c0 += chunk) {
       const int64_t count = std::min(chunk, w.rows - c0);
       dequantize_rows(w, c0, count, tile, context.stream);
-      CKV_CUBLAS_CHECK(cublasSgemm(context.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(count), m_rows, in, &one,
-                                   tile, in, x, ldx, &zero, y + c0, ldy));
+      CKV_CUBLAS_CHECK(cublasSgemm(context.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(count),
+                                   m_rows, in, &one, tile, in, x, ldx, &zero, y + c0, ldy));
     }
   }
   if (bias != nullptr) {
     const int64_t n = rows * w.rows;
     const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65535);
-    add_bias_kernel<<<detail::grid_size(blocks, "add_bias"), kThreads, 0, context.stream>>>(y, y_stride, bias, rows,
-                                                                                         w.rows);
+    add_bias_kernel<<<detail::grid_size(blocks, "add_bias"), kThreads, 0, context.stream>>>(
+        y, y_stride, bias, rows, w.rows);
     CKV_CUDA_CHECK_LAUNCH();
   }
 }

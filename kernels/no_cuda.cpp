@@ -42,8 +42,8 @@ void copy_to_host(DeviceContext&, void*, const void*, size_t) {
 const DeviceWeight* find_weight(DeviceContext&, const void*) {
   no_cuda("find_weight");
 }
-const DeviceWeight& upload_weight(DeviceContext&, const void*, op_math::Format, int64_t, int64_t, int64_t,
-                                  const uint8_t* const*) {
+const DeviceWeight& upload_weight(DeviceContext&, const void*, op_math::Format, int64_t, int64_t,
+                                  int64_t, const uint8_t* const*) {
   no_cuda("upload_weight");
 }
 const float* device_vector(DeviceContext&, const float*, int64_t) {
@@ -61,11 +61,12 @@ void silu_mul(float*, const float*, int64_t, void*) {
 void dequantize_rows(const DeviceWeight&, int64_t, int64_t, float*, void*) {
   no_cuda("dequantize_rows");
 }
-void linear(DeviceContext&, const float*, int64_t, int64_t, const DeviceWeight&, const float*, float*, int64_t) {
+void linear(DeviceContext&, const float*, int64_t, int64_t, const DeviceWeight&, const float*,
+            float*, int64_t) {
   no_cuda("linear");
 }
-void causal_attention(const float*, const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t,
-                      const DeviceMask&, void*) {
+void causal_attention(const float*, const float*, const float*, float*, int64_t, int64_t, int64_t,
+                      int64_t, const DeviceMask&, void*) {
   no_cuda("causal_attention");
 }
 

@@ -144,14 +144,21 @@ CKV_HD inline int block_elements(Format f) {
 }
 CKV_HD inline int block_bytes(Format f) {
   switch (f) {
-    case Format::F32: return 4;
+    case Format::F32:
+      return 4;
     case Format::F16:
-    case Format::BF16: return 2;
-    case Format::Q8_0: return 34;
-    case Format::Q4_0: return 18;
-    case Format::Q4_1: return 20;
-    case Format::Q4_K: return 144;
-    case Format::Q6_K: return 210;
+    case Format::BF16:
+      return 2;
+    case Format::Q8_0:
+      return 34;
+    case Format::Q4_0:
+      return 18;
+    case Format::Q4_1:
+      return 20;
+    case Format::Q4_K:
+      return 144;
+    case Format::Q6_K:
+      return 210;
   }
   return 0;
 }
@@ -170,7 +177,8 @@ CKV_HD inline float dequant_q4_0(const uint8_t* b, int i) {
 CKV_HD inline float dequant_q4_1(const uint8_t* b, int i) {
   const uint8_t byte = b[4 + (i & 15)];
   const int q = i < 16 ? (byte & 0x0F) : (byte >> 4);
-  return CKV_ADD(CKV_MUL(f16_to_f32(read_u16(b)), static_cast<float>(q)), f16_to_f32(read_u16(b + 2)));
+  return CKV_ADD(CKV_MUL(f16_to_f32(read_u16(b)), static_cast<float>(q)),
+                 f16_to_f32(read_u16(b + 2)));
 }
 // Q4_K: f16 d; f16 dmin; u8 scales[12]; u8 qs[128]. Sub-block j = i / 32 (0..7) has a 6-bit
 // scale and min (ggml's get_scale_min_k4); chunk j / 2 uses 32 bytes of qs, low nibbles for
@@ -213,15 +221,23 @@ CKV_HD inline float dequant_element(Format f, const uint8_t* row, int64_t i) {
   const uint8_t* b = row + (i / per_block) * block_bytes(f);
   const int j = static_cast<int>(i % per_block);
   switch (f) {
-    case Format::F32: return bits_to_f32(static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8) |
-                                         (static_cast<uint32_t>(b[2]) << 16) | (static_cast<uint32_t>(b[3]) << 24));
-    case Format::F16: return f16_to_f32(read_u16(b));
-    case Format::BF16: return bf16_to_f32(read_u16(b));
-    case Format::Q8_0: return dequant_q8_0(b, j);
-    case Format::Q4_0: return dequant_q4_0(b, j);
-    case Format::Q4_1: return dequant_q4_1(b, j);
-    case Format::Q4_K: return dequant_q4_k(b, j);
-    case Format::Q6_K: return dequant_q6_k(b, j);
+    case Format::F32:
+      return bits_to_f32(static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8) |
+                         (static_cast<uint32_t>(b[2]) << 16) | (static_cast<uint32_t>(b[3]) << 24));
+    case Format::F16:
+      return f16_to_f32(read_u16(b));
+    case Format::BF16:
+      return bf16_to_f32(read_u16(b));
+    case Format::Q8_0:
+      return dequant_q8_0(b, j);
+    case Format::Q4_0:
+      return dequant_q4_0(b, j);
+    case Format::Q4_1:
+      return dequant_q4_1(b, j);
+    case Format::Q4_K:
+      return dequant_q4_k(b, j);
+    case Format::Q6_K:
+      return dequant_q6_k(b, j);
   }
   return 0.0f;
 }

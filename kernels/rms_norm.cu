@@ -18,12 +18,14 @@ constexpr int kThreads = 256;  // per block; a multiple of the warp size
 constexpr int kWarp = 32;
 
 __device__ float warp_sum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_down_sync(0xffffffffu, v, offset);
   return v;
 }
 
 // x, y: [rows, cols]; w: [cols]. Grid: rows blocks of kThreads threads.
-__global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, float* y, int64_t cols, float eps) {
+__global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, float* y, int64_t cols,
+                                float eps) {
   const float* row_in = x + blockIdx.x * cols;  // [cols]
   float* row_out = y + blockIdx.x * cols;       // [cols]
   float sum = 0.0f;
@@ -41,17 +43,20 @@ __global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, flo
   __syncthreads();
   // y may equal x: each element is read (above and here) before this thread writes it, and
   // the sum is complete before any thread writes (the barrier).
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) row_out[c] = op_math::rms_scale(row_in[c], inv_rms, w[c]);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    row_out[c] = op_math::rms_scale(row_in[c], inv_rms, w[c]);
 }
 
 }  // namespace
 
-void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps, void* stream) {
+void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps,
+              void* stream) {
   if (rows < 0 || cols <= 0)
-    detail::raise_device_error("cuda::rms_norm: bad shape [" + std::to_string(rows) + ", " + std::to_string(cols) +
-                               "]");
+    detail::raise_device_error("cuda::rms_norm: bad shape [" + std::to_string(rows) + ", " +
+                               std::to_string(cols) + "]");
   if (rows == 0) return;
-  rms_norm_kernel<<<detail::grid_size(rows, "rms_norm"), kThreads, 0, as_stream(stream)>>>(x, w, y, cols, eps);
+  rms_norm_kernel<<<detail::grid_size(rows, "rms_norm"), kThreads, 0, as_stream(stream)>>>(
+      x, w, y, cols, eps);
   CKV_CUDA_CHECK_LAUNCH();
 }
 

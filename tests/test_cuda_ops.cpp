@@ -80,7 +80,8 @@ TEST_F(CudaOps, RmsNormMatchesCpu) {
 
 TEST_F(CudaOps, RopeMatchesCpu) {
   std::vector<float> inv_freq(32);
-  for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -static_cast<float>(i) / 32.0f);
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = std::pow(10000.0f, -static_cast<float>(i) / 32.0f);
   const RopeTable table = make_rope_table(inv_freq, 300);
   for (int64_t first : {0, 117}) {
     Tensor cpu = random_tensor({3, 150, 64}, 3), gpu = cpu;
@@ -99,15 +100,16 @@ TEST_F(CudaOps, SiluMulMatchesCpu) {
 }
 
 TEST_F(CudaOps, LinearMatchesCpuInEveryStoredDtypeWithBiasAndRowMap) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K,
-                  DType::Q6_K}) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                  DType::Q4_K, DType::Q6_K}) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     ExecContext& gpu_ctx = fresh_gpu();
     const int64_t in = 512, out = 96;
     const std::vector<uint8_t> bytes = random_blocks(t, out, in, 6);
     WeightMatrix w = WeightMatrix::view(t, out, in, bytes, nullptr);
     std::vector<int32_t> map(static_cast<size_t>(out));
-    for (int64_t r = 0; r < out; ++r) map[static_cast<size_t>(r)] = static_cast<int32_t>((r * 7) % out);
+    for (int64_t r = 0; r < out; ++r)
+      map[static_cast<size_t>(r)] = static_cast<int32_t>((r * 7) % out);
     w.set_row_map(map);
     const Tensor bias = random_tensor({out}, 7);
     for (int64_t rows : {1, 5, 130}) {
@@ -131,11 +133,13 @@ TEST_F(CudaOps, GatedMlpMatchesCpu) {
 
 TEST_F(CudaOps, CausalAttentionWithMaskMatchesCpu) {
   const int64_t n_head = 6, n_kv_head = 2, seq = 77, d_head = 64;
-  const Tensor q = random_tensor({n_head, seq, d_head}, 13, 0.5f), k = random_tensor({n_kv_head, seq, d_head}, 14, 0.5f),
+  const Tensor q = random_tensor({n_head, seq, d_head}, 13, 0.5f),
+               k = random_tensor({n_kv_head, seq, d_head}, 14, 0.5f),
                v = random_tensor({n_kv_head, seq, d_head}, 15);
-  std::vector<AttentionMaskSpan> mask{{.kv_head = 1, .q_begin = 10, .q_end = seq, .keys = {0, 3, 9}},
-                                      {.kv_head = 0, .q_begin = 0, .q_end = 1, .keys = {0}},  // row 0 sees nothing
-                                      {.kv_head = 0, .q_begin = 20, .q_end = 50, .keys = {5, 6}, .value = -1.5f}};
+  std::vector<AttentionMaskSpan> mask{
+      {.kv_head = 1, .q_begin = 10, .q_end = seq, .keys = {0, 3, 9}},
+      {.kv_head = 0, .q_begin = 0, .q_end = 1, .keys = {0}},  // row 0 sees nothing
+      {.kv_head = 0, .q_begin = 20, .q_end = 50, .keys = {5, 6}, .value = -1.5f}};
   AttentionParams params;
   params.mask = mask;
   Tensor cpu, gpu;

@@ -52,14 +52,22 @@ double relative_error(std::span<const float> a, std::span<const float> b) {
 
 op_math::Format format_of(DType t) {
   switch (t) {
-    case DType::F32: return op_math::Format::F32;
-    case DType::F16: return op_math::Format::F16;
-    case DType::BF16: return op_math::Format::BF16;
-    case DType::Q8_0: return op_math::Format::Q8_0;
-    case DType::Q4_0: return op_math::Format::Q4_0;
-    case DType::Q4_1: return op_math::Format::Q4_1;
-    case DType::Q4_K: return op_math::Format::Q4_K;
-    case DType::Q6_K: return op_math::Format::Q6_K;
+    case DType::F32:
+      return op_math::Format::F32;
+    case DType::F16:
+      return op_math::Format::F16;
+    case DType::BF16:
+      return op_math::Format::BF16;
+    case DType::Q8_0:
+      return op_math::Format::Q8_0;
+    case DType::Q4_0:
+      return op_math::Format::Q4_0;
+    case DType::Q4_1:
+      return op_math::Format::Q4_1;
+    case DType::Q4_K:
+      return op_math::Format::Q4_K;
+    case DType::Q6_K:
+      return op_math::Format::Q6_K;
   }
   return op_math::Format::F32;
 }
@@ -67,16 +75,20 @@ op_math::Format format_of(DType t) {
 TEST(OpMath, HalfToFloatEqualsTheLibraryForEveryBitPattern) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const auto bits = static_cast<uint16_t>(h);
-    ASSERT_EQ(std::bit_cast<uint32_t>(op_math::f16_to_f32(bits)), std::bit_cast<uint32_t>(f16_to_f32(bits))) << h;
-    ASSERT_EQ(std::bit_cast<uint32_t>(op_math::bf16_to_f32(bits)), std::bit_cast<uint32_t>(bf16_to_f32(bits))) << h;
+    ASSERT_EQ(std::bit_cast<uint32_t>(op_math::f16_to_f32(bits)),
+              std::bit_cast<uint32_t>(f16_to_f32(bits)))
+        << h;
+    ASSERT_EQ(std::bit_cast<uint32_t>(op_math::bf16_to_f32(bits)),
+              std::bit_cast<uint32_t>(bf16_to_f32(bits)))
+        << h;
   }
 }
 
 // Each ggml format element by element (the device kernel's indexing) against lib/io/quant's
 // block dequantisers, bit for bit, with the geometry of cuda_ops.h's DeviceWeight.
 TEST(OpMath, DequantElementEqualsTheCpuDequantiserInEveryFormat) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K,
-                  DType::Q6_K}) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                  DType::Q4_K, DType::Q6_K}) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     const op_math::Format f = format_of(t);
     EXPECT_EQ(op_math::block_elements(f), block_elements(t));
@@ -103,9 +115,11 @@ TEST(OpMath, RmsNormRowEqualsTheCpuOp) {
     rms_norm(ctx, x, w, 1e-5f, want);
     std::vector<float> got(static_cast<size_t>(x.numel()));
     for (int64_t r = 0; r < 9; ++r) {
-      const float inv = op_math::rms_inv(detail::sum_squares_fixed_order(x.data() + r * cols, cols), cols, 1e-5f);
+      const float inv =
+          op_math::rms_inv(detail::sum_squares_fixed_order(x.data() + r * cols, cols), cols, 1e-5f);
       for (int64_t c = 0; c < cols; ++c)
-        got[static_cast<size_t>(r * cols + c)] = op_math::rms_scale(x.data()[r * cols + c], inv, w.data()[c]);
+        got[static_cast<size_t>(r * cols + c)] =
+            op_math::rms_scale(x.data()[r * cols + c], inv, w.data()[c]);
     }
     EXPECT_LE(relative_error(got, want.span()), 1e-7) << cols;
   }
@@ -115,7 +129,8 @@ TEST(OpMath, RmsNormRowEqualsTheCpuOp) {
 TEST(OpMath, RopeRotationEqualsTheCpuOp) {
   ExecContext ctx;
   std::vector<float> inv_freq(16);
-  for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -static_cast<float>(i) / 16.0f);
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = std::pow(10000.0f, -static_cast<float>(i) / 16.0f);
   const RopeTable table = make_rope_table(inv_freq, 64);
   const int64_t heads = 3, seq = 20, half = 16, first = 30;
   Tensor want = random_tensor({heads, seq, 2 * half}, 24);
@@ -146,12 +161,14 @@ TEST(OpMath, SiluMulEqualsTheCpuOp) {
 // update; against the CPU op's blocked GEMM-and-softmax.
 TEST(OpMath, OnlineSoftmaxAttentionEqualsTheCpuOp) {
   const int64_t n_head = 4, n_kv_head = 2, seq = 45, d_head = 24;
-  const Tensor q = random_tensor({n_head, seq, d_head}, 27), k = random_tensor({n_kv_head, seq, d_head}, 28),
+  const Tensor q = random_tensor({n_head, seq, d_head}, 27),
+               k = random_tensor({n_kv_head, seq, d_head}, 28),
                v = random_tensor({n_kv_head, seq, d_head}, 29);
-  const std::vector<AttentionMaskSpan> spans{{.kv_head = 1, .q_begin = 5, .q_end = seq, .keys = {0, 2, 4}},
-                                             {.kv_head = 0, .q_begin = 0, .q_end = 2, .keys = {0, 1}},
-                                             {.kv_head = 1, .q_begin = 10, .q_end = 30, .keys = {2, 8}, .value = 2.5f},
-                                             {.kv_head = 1, .q_begin = 12, .q_end = 20, .keys = {8}, .value = -0.75f}};
+  const std::vector<AttentionMaskSpan> spans{
+      {.kv_head = 1, .q_begin = 5, .q_end = seq, .keys = {0, 2, 4}},
+      {.kv_head = 0, .q_begin = 0, .q_end = 2, .keys = {0, 1}},
+      {.kv_head = 1, .q_begin = 10, .q_end = 30, .keys = {2, 8}, .value = 2.5f},
+      {.kv_head = 1, .q_begin = 12, .q_end = 20, .keys = {8}, .value = -0.75f}};
   ExecContext ctx;
   AttentionParams params;
   params.mask = spans;
@@ -175,12 +192,14 @@ TEST(OpMath, OnlineSoftmaxAttentionEqualsTheCpuOp) {
         float logit = dot * scale;
         for (int64_t e = mask.offsets[static_cast<size_t>(g * seq + j)];
              e < mask.offsets[static_cast<size_t>(g * seq + j + 1)]; ++e)
-          if (mask.q_begin[static_cast<size_t>(e)] <= row && row < mask.q_end[static_cast<size_t>(e)])
+          if (mask.q_begin[static_cast<size_t>(e)] <= row &&
+              row < mask.q_end[static_cast<size_t>(e)])
             logit += mask.value[static_cast<size_t>(e)];
         const op_math::SoftmaxStep step = op_math::softmax_update(state, logit);
         const float* v_row = v.data() + (g * seq + j) * d_head;
         for (int64_t d = 0; d < d_head; ++d)
-          acc[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] * step.rescale + step.weight * v_row[d];
+          acc[static_cast<size_t>(d)] =
+              acc[static_cast<size_t>(d)] * step.rescale + step.weight * v_row[d];
       }
       for (int64_t d = 0; d < d_head; ++d)
         got[static_cast<size_t>(row * n_head * d_head + h * d_head + d)] =

@@ -18,11 +18,13 @@ int64_t ScratchArena::bytes() const {
 
 ExecContext::ExecContext(ExecOptions options) : options_(options) {
   if (!compute_dtype_available(options.compute))
-    fail<UsageError>("--compute-dtype {}: this build has no {} GEMM (built without oneDNN; install "
-                     "libdnnl-dev and rebuild)",
-                     compute_dtype_name(options.compute), compute_dtype_name(options.compute));
+    fail<UsageError>(
+        "--compute-dtype {}: this build has no {} GEMM (built without oneDNN; install "
+        "libdnnl-dev and rebuild)",
+        compute_dtype_name(options.compute), compute_dtype_name(options.compute));
   if (options.device == Device::CUDA) {
-    if (options.device_index < 0) fail<UsageError>("--device cuda:{}: no such device", options.device_index);
+    if (options.device_index < 0)
+      fail<UsageError>("--device cuda:{}: no such device", options.device_index);
     cuda_.reset(cuda::create_context(options.device_index));  // throws DeviceError
   }
   pool_ = std::make_unique<ThreadPool>(options.threads);

@@ -34,7 +34,8 @@ struct AttentionMaskByKey {
   std::vector<int64_t> q_end;    // [entries]
   std::vector<float> value;      // [entries]
 };
-AttentionMaskByKey attention_mask_by_key(std::span<const AttentionMaskSpan> spans, int64_t n_kv_head, int64_t seq);
+AttentionMaskByKey attention_mask_by_key(std::span<const AttentionMaskSpan> spans,
+                                         int64_t n_kv_head, int64_t seq);
 
 // x: [rows, in] (row stride x_stride); w: [out, in]; bias: [out] or null; y: [rows, out] (row
 // stride y_stride). Dispatches on the context's device: linear_cpu or linear_cuda.
@@ -42,14 +43,14 @@ void linear_on_device(ExecContext& ctx, const float* x, int64_t x_stride, const 
                       const float* bias, float* y, int64_t y_stride, int64_t rows);
 
 // The CUDA halves (lib/ops/device_path.cpp); same shapes as their `_cpu` counterparts.
-void linear_cuda(ExecContext& ctx, const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias,
-                 float* y, int64_t y_stride, int64_t rows);
-void rms_norm_cuda(ExecContext& ctx, const float* x, const float* w, float* y, int64_t rows, int64_t cols,
-                   float eps);
+void linear_cuda(ExecContext& ctx, const float* x, int64_t x_stride, const WeightMatrix& w,
+                 const float* bias, float* y, int64_t y_stride, int64_t rows);
+void rms_norm_cuda(ExecContext& ctx, const float* x, const float* w, float* y, int64_t rows,
+                   int64_t cols, float eps);
 void silu_mul_cuda(ExecContext& ctx, float* gate, const float* up, int64_t n);
 void apply_rope_cuda(ExecContext& ctx, float* x, int64_t heads, int64_t seq, const RopeTable& table,
                      int64_t first_position);
-void causal_attention_cuda(ExecContext& ctx, const float* q, const float* k, const float* v, float* out,
-                           const AttentionShape& shape, const AttentionParams& params);
+void causal_attention_cuda(ExecContext& ctx, const float* q, const float* k, const float* v,
+                           float* out, const AttentionShape& shape, const AttentionParams& params);
 
 }  // namespace ckv::detail
