@@ -28,6 +28,8 @@ constexpr int kRows = 4;        // query rows (warps) per block
 constexpr int kMaxPerLane = 8;  // d_head <= 32 * 8
 constexpr int64_t kMaxDHead = kWarp * kMaxPerLane;
 
+// The sum over the warp in every lane. Paired lanes add the same two values (a + b == b + a
+// in IEEE arithmetic), so all lanes hold the same bits and the softmax state stays uniform.
 __device__ float warp_all_sum(float v) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2)
     v += __shfl_xor_sync(0xffffffffu, v, offset);

@@ -29,7 +29,12 @@ DeviceContext::DeviceContext(int device_index) : device(device_index) {
     cudaStreamDestroy(stream);
     detail::throw_cublas_error(status, "cublasCreate(&blas)", __FILE__, __LINE__);
   }
-  CKV_CUBLAS_CHECK(cublasSetStream(blas, stream));
+  const cublasStatus_t bound = cublasSetStream(blas, stream);
+  if (bound != CUBLAS_STATUS_SUCCESS) {  // the destructor does not run for a throwing constructor
+    cublasDestroy(blas);
+    cudaStreamDestroy(stream);
+    detail::throw_cublas_error(bound, "cublasSetStream(blas, stream)", __FILE__, __LINE__);
+  }
 }
 
 DeviceContext::~DeviceContext() {
