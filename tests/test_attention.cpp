@@ -60,14 +60,14 @@ void reference_row(const Qkv& t, int64_t h, int64_t row, Kept kept, std::vector<
 
 TEST(Attention, MatchesDirectSoftmaxWithGqa) {
   const Qkv t;
-  ThreadPool pool(2);
+  ExecContext pool({.threads = 2});
   Tensor out, probs;
   const std::vector<int64_t> rows{44, 0, 17, 16};
   AttentionParams params;
   params.query_block = 16;
   params.prob_rows = rows;
   params.probs = &probs;
-  causal_attention(t.q, t.k, t.v, out, params, pool);
+  causal_attention(pool, t.q, t.k, t.v, out, params);
   ASSERT_EQ(probs.shape(), (std::vector<int64_t>{kHeads, 4, kSeq}));
   std::vector<double> ref_p, ref_o;
   double worst_out = 0, worst_p = 0;
@@ -92,14 +92,14 @@ TEST(Attention, MatchesDirectSoftmaxWithGqa) {
 
 TEST(Attention, IndependentOfBlockSizeAndThreads) {
   const Qkv t;
-  ThreadPool one(1), three(3);
+  ExecContext one({.threads = 1}), three({.threads = 3});
   Tensor base, other;
   AttentionParams params;
   params.query_block = 64;
-  causal_attention(t.q, t.k, t.v, base, params, one);
+  causal_attention(one, t.q, t.k, t.v, base, params);
   for (int64_t block : {1, 7, 16, 45}) {
     params.query_block = block;
-    causal_attention(t.q, t.k, t.v, other, params, three);
+    causal_attention(three, t.q, t.k, t.v, other, params);
     double worst = 0;
     for (int64_t i = 0; i < base.numel(); ++i)
       worst = std::max(worst, double{std::abs(base.data()[i] - other.data()[i])});
@@ -107,14 +107,14 @@ TEST(Attention, IndependentOfBlockSizeAndThreads) {
   }
   // Same block size, different pools: the same tasks, so bit-identical.
   params.query_block = 16;
-  causal_attention(t.q, t.k, t.v, base, params, one);
-  causal_attention(t.q, t.k, t.v, other, params, three);
+  causal_attention(one, t.q, t.k, t.v, base, params);
+  causal_attention(three, t.q, t.k, t.v, other, params);
   EXPECT_EQ(base.storage(), other.storage());
 }
 
 TEST(Attention, MaskEqualsPhysicallyRemovedKeys) {
   const Qkv t;
-  ThreadPool pool(2);
+  ExecContext pool({.threads = 2});
   // KV head 1, rows [20, 40): evict keys {0, 3, 21, 30, 39}; KV head 0 untouched.
   const std::set<int64_t> evicted{0, 3, 21, 30, 39};
   std::vector<AttentionMaskSpan> mask{{1, 20, 40, {evicted.begin(), evicted.end()}}};
@@ -126,7 +126,7 @@ TEST(Attention, MaskEqualsPhysicallyRemovedKeys) {
   params.mask = mask;
   params.prob_rows = rows;
   params.probs = &probs;
-  causal_attention(t.q, t.k, t.v, out, params, pool);
+  causal_attention(pool, t.q, t.k, t.v, out, params);
   std::vector<double> ref_p, ref_o;
   double worst_out = 0, worst_p = 0;
   for (int64_t h = 0; h < kHeads; ++h)
@@ -148,7 +148,7 @@ TEST(Attention, MaskEqualsPhysicallyRemovedKeys) {
 
 TEST(Attention, FullyMaskedRowAttendsToNothingAndBadInputThrows) {
   const Qkv t;
-  ThreadPool pool(1);
+  ExecContext pool({.threads = 1});
   std::vector<AttentionMaskSpan> mask{{0, 2, 3, {0, 1, 2}}};  // row 2 loses all its keys
   Tensor out, probs;
   const std::vector<int64_t> rows{2};
@@ -156,20 +156,20 @@ TEST(Attention, FullyMaskedRowAttendsToNothingAndBadInputThrows) {
   params.mask = mask;
   params.prob_rows = rows;
   params.probs = &probs;
-  causal_attention(t.q, t.k, t.v, out, params, pool);
+  causal_attention(pool, t.q, t.k, t.v, out, params);
   for (int64_t d = 0; d < kDHead; ++d) EXPECT_EQ(out.data()[2 * kHeads * kDHead + d], 0.0f);
   for (int64_t j = 0; j < kSeq; ++j) EXPECT_EQ(probs.data()[j], 0.0f);
   EXPECT_TRUE(std::isfinite(out.data()[3 * kHeads * kDHead]));
 
   std::vector<AttentionMaskSpan> bad_key{{0, 0, 5, {kSeq}}}, bad_head{{2, 0, 5, {1}}};
   params.mask = bad_key;
-  EXPECT_THROW(causal_attention(t.q, t.k, t.v, out, params, pool), InputError);
+  EXPECT_THROW(causal_attention(pool, t.q, t.k, t.v, out, params), InputError);
   params.mask = bad_head;
-  EXPECT_THROW(causal_attention(t.q, t.k, t.v, out, params, pool), InputError);
+  EXPECT_THROW(causal_attention(pool, t.q, t.k, t.v, out, params), InputError);
   const std::vector<int64_t> bad_rows{kSeq};
   params.mask = {};
   params.prob_rows = bad_rows;
-  EXPECT_THROW(causal_attention(t.q, t.k, t.v, out, params, pool), InputError);
+  EXPECT_THROW(causal_attention(pool, t.q, t.k, t.v, out, params), InputError);
 }
 
 }  // namespace

@@ -230,6 +230,21 @@ TEST(Forward, RejectsBadInput) {
   EXPECT_THROW(forward.run(some_tokens(4, m.config.vocab), mask), InputError);
 }
 
+// --device cuda (issue 12, items 4 and 6): the pass has no verified CUDA path, so a Forward
+// on CUDA is refused with one line before anything runs, never run on the CPU instead.
+TEST(Forward, CudaDeviceIsRefusedNotRunOnTheCpu) {
+  const Model& m = tiny_model();
+  try {
+    Forward forward(m, {.device = Device::CUDA});
+    ADD_FAILURE() << "a Forward was made on CUDA";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--device cuda"), std::string::npos) << what;
+    EXPECT_NE(what.find("CPU only"), std::string::npos) << what;
+  }
+  EXPECT_EQ(Forward(m).context().device_string(), "cpu");
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, GoldenForward,
                          ::testing::Values("tiny_llama_gqa", "tiny_llama_tied", "tiny_llama3_rope",
                                            "tiny_qwen2_bias", "smollm2_default"));

@@ -426,13 +426,31 @@ TEST(HostileFlags, NiahLengthBeyondTheContextIsRefused) {
 TEST(HostileFlags, DeviceCudaIsRefusedAndProvenanceSaysCpu) {
   const fs::path dir = scratch_dir("hostile");
   const std::string toks = tokens_file(dir, 40);
-  for (const std::string cmd : {"bound", "check", "dump", "mask", "forward", "info", "niah", "merge"}) {
-    const RunResult r = run_ckv("-q " + cmd + " --device cuda");
-    expect_one_error_line(r, 2, "--device");
-    EXPECT_NE(r.output.find("CPU only"), std::string::npos) << cmd << ": " << r.output;
-  }
+  // Every subcommand that takes --device, with and without its other arguments: refused in
+  // one line naming the subcommand, before any output exists.
+  for (const std::string cmd : {"bound", "check", "dump", "mask", "forward", "info", "niah", "merge", "eval", "profile"})
+    for (const std::string device : {"cuda", "cuda:1"}) {
+      const RunResult r = run_ckv("-q " + cmd + " --device " + device);
+      expect_one_error_line(r, 2, "--device");
+      EXPECT_NE(r.output.find(device + ": ckv " + cmd + " runs on the CPU only"), std::string::npos)
+          << cmd << ": " << r.output;
+    }
+  const RunResult full = run_ckv("-q dump --device cuda --model " + kTiny + " --tokens " + toks + " -o " +
+                                 (dir / "cuda.h5").string());
+  expect_one_error_line(full, 2, "--device: cuda: ckv dump runs on the CPU only");
+  EXPECT_FALSE(fs::exists(dir / "cuda.h5"));
+  expect_one_error_line(run_ckv("-q forward --device tpu --model " + kTiny + " --tokens " + toks), 2,
+                        "unknown device 'tpu' (known: cpu, cuda, cuda:N)");
+  // Provenance records the device of the context that ran, in every output that has one.
   ASSERT_EQ(run_ckv("-q bound --device cpu --model " + kTiny + " --tokens " + toks + " --window 8 -o " + (dir / "b").string()).exit_code, 0);
   EXPECT_EQ(h5::File::open_read(dir / "b.h5").attr_string("device"), "cpu");
+  ASSERT_EQ(run_ckv("-q dump --model " + kTiny + " --tokens " + toks + " --what q -o " + (dir / "d.h5").string()).exit_code, 0);
+  EXPECT_EQ(h5::File::open_read(dir / "d.h5").attr_string("device"), "cpu");
+  ASSERT_EQ(run_ckv("-q mask --device cpu --model " + kTiny + " --tokens " + toks +
+                    " --context-end 30 --method snapkv --budget 0.5 --window 4 -o " + (dir / "m.h5").string())
+                .exit_code,
+            0);
+  EXPECT_EQ(h5::File::open_read(dir / "m.h5").attr_string("device"), "cpu");
 }
 
 // ---- item 17: BOS ids, overflow names the file -------------------------------------------

@@ -142,12 +142,13 @@ TEST(LinearEngine, WithinTheRoundingOfEachComputeDtype) {
 // Each column chunk is one single-threaded GEMM on one pool thread (oneDNN's OpenMP team
 // held at one thread), so the pool size changes nothing, bit for bit.
 TEST(LinearEngine, TiledPathIndependentOfThreadsBitForBit) {
-  ThreadPool one(1), two(2), three(3);
   for (const ComputeCase& c : available_computes())
     for (const DType t : {DType::F32, DType::Q4_1, DType::BF16}) {
       SCOPED_TRACE(c.name() + " " + std::string(dtype_name(t)));
       const ComputeDType compute = c.compute;
       const ForcedBf16Kernel forced(c.kernel);
+      ExecContext one({.threads = 1, .compute = compute}), two({.threads = 2, .compute = compute}),
+          three({.threads = 3, .compute = compute});
       const int64_t in = cols_of(t), out = 600;
       const std::vector<uint8_t> bytes = random_blocks(t, out, in, 51);
       const WeightMatrix w = WeightMatrix::view(t, out, in, bytes, nullptr);
@@ -155,9 +156,9 @@ TEST(LinearEngine, TiledPathIndependentOfThreadsBitForBit) {
       for (const int64_t rows : {int64_t{1}, int64_t{9}, int64_t{300}}) {
         SCOPED_TRACE(rows);
         Tensor y1, y2, y3;
-        linear_rows(x, 0, rows, w, bias, y1, one, compute);
-        linear_rows(x, 0, rows, w, bias, y2, two, compute);
-        linear_rows(x, 0, rows, w, bias, y3, three, compute);
+        linear_rows(one, x, 0, rows, w, bias, y1);
+        linear_rows(two, x, 0, rows, w, bias, y2);
+        linear_rows(three, x, 0, rows, w, bias, y3);
         EXPECT_TRUE(same_bits(y1.span(), y2.span()));
         EXPECT_TRUE(same_bits(y1.span(), y3.span()));
       }
@@ -189,10 +190,11 @@ TEST(LinearEngine, Bf16OnRoundedValuesIsFloat32OnBf16Inputs) {
   for (float& v : x_rounded.span()) v = to_bf16(v);
   for (float& v : w_rounded.span()) v = to_bf16(v);
   for (const int threads : {1, 2}) {
-    ThreadPool pool(threads);
+    ExecContext bf16({.threads = threads, .compute = ComputeDType::BF16}),
+        f32({.threads = threads, .compute = ComputeDType::F32});
     Tensor y_bf16, y_f32;
-    linear(x, WeightMatrix::borrow(w), bias, y_bf16, pool, ComputeDType::BF16);
-    linear(x_rounded, WeightMatrix::borrow(w_rounded), bias, y_f32, pool, ComputeDType::F32);
+    linear(bf16, x, WeightMatrix::borrow(w), bias, y_bf16);
+    linear(f32, x_rounded, WeightMatrix::borrow(w_rounded), bias, y_f32);
     EXPECT_TRUE(same_bits(y_bf16.span(), y_f32.span())) << threads;
     // Every row but the last is finite (its outputs are infinities and NaNs).
     EXPECT_EQ(first_non_finite(std::span<const float>(y_bf16.data(), (rows - 1) * out)), -1);
@@ -206,10 +208,8 @@ TEST(LinearEngine, Bf16RefusedByABuildWithoutOneDnn) {
   if (compute_dtype_available(ComputeDType::BF16))
     GTEST_SKIP() << "this build has oneDNN's bf16 matmul";
   const Tensor x = random_rows(16, 64, 1), w = random_rows(32, 64, 2);
-  ThreadPool pool(1);
-  Tensor y;
-  EXPECT_THROW(linear(x, WeightMatrix::borrow(w), Tensor(), y, pool, ComputeDType::BF16),
-               UsageError);
+  // The context refuses it, so no linear layer ever runs in float32 while asked for bf16.
+  EXPECT_THROW(ExecContext({.threads = 1, .compute = ComputeDType::BF16}), UsageError);
   const Model m = load_model(fs::path(CKV_TEST_DATA_DIR) / "models/tiny_llama_gqa");
   try {
     Forward f(m, {.threads = 1, .compute = ComputeDType::BF16});

@@ -102,7 +102,8 @@ TEST(LinearFewRows, WithinTheStatedRoundingOfTheFloat32ProductForEveryDtype) {
 
 TEST(LinearFewRows, IndependentOfThreadsAndOfTheOtherRowsBitForBit) {
   const int64_t out = 150;
-  ThreadPool one(1), two(2), five(5);
+  ExecContext one_ctx({.threads = 1}), two_ctx({.threads = 2}), five_ctx({.threads = 5});
+  ThreadPool &two = two_ctx.pool(), &five = five_ctx.pool();
   for (DType t : kAllTypes) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     const int64_t in = test_cols(t);
@@ -112,9 +113,9 @@ TEST(LinearFewRows, IndependentOfThreadsAndOfTheOtherRowsBitForBit) {
     for (int64_t rows = 1; rows <= kLinearFewRows; ++rows) {
       SCOPED_TRACE(rows);
       Tensor y1, y2, y5;
-      linear_rows(x, 0, rows, w, Tensor(), y1, one);
-      linear_rows(x, 0, rows, w, Tensor(), y2, two);
-      linear_rows(x, 0, rows, w, Tensor(), y5, five);
+      linear_rows(one_ctx, x, 0, rows, w, Tensor(), y1);
+      linear_rows(two_ctx, x, 0, rows, w, Tensor(), y2);
+      linear_rows(five_ctx, x, 0, rows, w, Tensor(), y5);
       EXPECT_TRUE(same_bits(y1.span(), y2.span()));
       EXPECT_TRUE(same_bits(y1.span(), y5.span()));
       // linear() takes the fused path for these rows (the tiled one for a float32 weight

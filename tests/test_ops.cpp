@@ -9,13 +9,21 @@
 #include "core/thread_pool.h"
 #include "model/rope_freq.h"
 #include "ops/attention.h"
+#include "ops/context.h"
 #include "ops/linear.h"
 #include "ops/mlp.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
+#include "cuda_ops.h"
 
 namespace ckv {
 namespace {
+
+// A one-thread CPU context for the ops that need no other.
+ExecContext& cpu_ctx() {
+  static ExecContext ctx;
+  return ctx;
+}
 
 Tensor random_tensor(std::vector<int64_t> shape, uint32_t seed, float scale = 1.0f) {
   Tensor t(std::move(shape));
@@ -49,7 +57,7 @@ TEST(ThreadPool, RunsEveryTaskOnceAndRethrows) {
 TEST(RmsNorm, MatchesFormula) {
   const Tensor x = random_tensor({5, 24}, 1, 3.0f), w = random_tensor({24}, 2);
   Tensor y;
-  rms_norm(x, w, 1e-5f, y);
+  rms_norm(cpu_ctx(), x, w, 1e-5f, y);
   std::vector<double> ref(static_cast<size_t>(x.numel()));
   for (int64_t r = 0; r < 5; ++r) {
     double ms = 0;
@@ -59,7 +67,7 @@ TEST(RmsNorm, MatchesFormula) {
           x.data()[r * 24 + c] / std::sqrt(ms + 1e-5) * w.data()[c];
   }
   EXPECT_LT(max_abs_diff(y.span(), ref), 1e-5 * 3);
-  EXPECT_THROW(rms_norm(x, random_tensor({23}, 3), 1e-5f, y), InputError);
+  EXPECT_THROW(rms_norm(cpu_ctx(), x, random_tensor({23}, 3), 1e-5f, y), InputError);
 }
 
 TEST(Rope, InvFreqDefaultAndLlama3Regimes) {
@@ -95,7 +103,7 @@ TEST(Rope, RotateHalfFormula) {
   const RopeTable table = make_rope_table(inv, 40);
   Tensor x = random_tensor({3, 40, 16}, 4);
   const Tensor before = x;
-  apply_rope(x, table);
+  apply_rope(cpu_ctx(), x, table);
   std::vector<double> ref(static_cast<size_t>(x.numel()));
   for (int64_t h = 0; h < 3; ++h)
     for (int64_t p = 0; p < 40; ++p)
@@ -114,10 +122,10 @@ TEST(Rope, RotateHalfFormula) {
 TEST(Linear, MatchesNaiveAndIsThreadIndependent) {
   const Tensor x = random_tensor({37, 50}, 5), w = random_tensor({200, 50}, 6),
                b = random_tensor({200}, 7);
-  ThreadPool one(1), three(3);
+  ExecContext one({.threads = 1}), three({.threads = 3});
   Tensor y1, y3;
-  linear(x, w, b, y1, one);
-  linear(x, w, b, y3, three);
+  linear(one, x, w, b, y1);
+  linear(three, x, w, b, y3);
   std::vector<double> ref(37 * 200);
   for (int64_t r = 0; r < 37; ++r)
     for (int64_t o = 0; o < 200; ++o) {
@@ -127,15 +135,15 @@ TEST(Linear, MatchesNaiveAndIsThreadIndependent) {
     }
   EXPECT_LT(max_abs_diff(y1.span(), ref), 1e-4);
   EXPECT_EQ(y1.storage(), y3.storage());  // bit-identical across thread counts
-  EXPECT_THROW(linear(x, random_tensor({4, 49}, 8), Tensor(), y1, one), InputError);
+  EXPECT_THROW(linear(one, x, random_tensor({4, 49}, 8), Tensor(), y1), InputError);
 }
 
 TEST(GatedMlp, MatchesFormula) {
   const Tensor x = random_tensor({6, 16}, 9), g = random_tensor({40, 16}, 10, 0.5f),
                u = random_tensor({40, 16}, 11, 0.5f), d = random_tensor({16, 40}, 12, 0.5f);
-  ThreadPool pool(2);
-  Tensor y, s1, s2;
-  gated_mlp(x, g, u, d, y, pool, s1, s2);
+  ExecContext ctx({.threads = 2});
+  Tensor y;
+  gated_mlp(ctx, x, g, u, d, y);
   std::vector<double> ref(6 * 16, 0.0);
   for (int64_t r = 0; r < 6; ++r)
     for (int64_t f = 0; f < 40; ++f) {
@@ -158,15 +166,16 @@ TEST(GatedMlp, RowChunksBoundScratchAndMatchOnePass) {
   const int64_t rows = 2 * kLinearRowChunk + 37, d_model = 64, d_ff = 96;
   const Tensor x = random_tensor({rows, d_model}, 13), g = random_tensor({d_ff, d_model}, 14, 0.3f),
                u = random_tensor({d_ff, d_model}, 15, 0.3f), d = random_tensor({d_model, d_ff}, 16, 0.3f);
-  ThreadPool pool(2);
-  Tensor y, s1, s2;
-  gated_mlp(x, g, u, d, y, pool, s1, s2);
-  EXPECT_EQ(s1.dim(0), 37);  // the last chunk's rows: never more than kLinearRowChunk
+  ExecContext ctx({.threads = 2});
+  Tensor y;
+  gated_mlp(ctx, x, g, u, d, y);
+  // the last chunk's rows: never more than kLinearRowChunk
+  EXPECT_EQ(ctx.scratch()[ScratchSlot::MlpGate].dim(0), 37);
   Tensor gate, up, want;
-  linear(x, g, Tensor(), gate, pool);
-  linear(x, u, Tensor(), up, pool);
-  detail::silu_mul_cpu(gate.data(), up.data(), gate.numel(), pool);
-  linear(gate, d, Tensor(), want, pool);
+  linear(ctx, x, g, Tensor(), gate);
+  linear(ctx, x, u, Tensor(), up);
+  detail::silu_mul_cpu(gate.data(), up.data(), gate.numel(), ctx.pool());
+  linear(ctx, gate, d, Tensor(), want);
   ASSERT_EQ(y.shape(), want.shape());
   double worst = 0, scale = 0;
   for (int64_t i = 0; i < y.numel(); ++i) {
@@ -179,14 +188,41 @@ TEST(GatedMlp, RowChunksBoundScratchAndMatchOnePass) {
 
 TEST(Linear, RowRangeEqualsThoseRowsOfTheFullProduct) {
   const Tensor x = random_tensor({50, 32}, 17), w = random_tensor({40, 32}, 18);
-  ThreadPool pool(2);
+  ExecContext ctx({.threads = 2});
   Tensor full, part;
-  linear(x, w, Tensor(), full, pool);
-  linear_rows(x, 10, 25, WeightMatrix::borrow(w), Tensor(), part, pool);
+  linear(ctx, x, w, Tensor(), full);
+  linear_rows(ctx, x, 10, 25, WeightMatrix::borrow(w), Tensor(), part);
   ASSERT_EQ(part.shape(), (std::vector<int64_t>{25, 40}));
   for (int64_t r = 0; r < 25; ++r)
     for (int64_t o = 0; o < 40; ++o) EXPECT_NEAR(part.data()[r * 40 + o], full.data()[(r + 10) * 40 + o], 1e-5);
-  EXPECT_THROW(linear_rows(x, 40, 11, WeightMatrix::borrow(w), Tensor(), part, pool), InputError);
+  EXPECT_THROW(linear_rows(ctx, x, 40, 11, WeightMatrix::borrow(w), Tensor(), part), InputError);
+}
+
+// The execution context (issue 12, item 4): made once, it carries the device, the pool and
+// the scratch every op uses.
+TEST(ExecContext, CpuContextCarriesPoolScratchAndDevice) {
+  ExecContext ctx({.threads = 3});
+  EXPECT_EQ(ctx.device(), Device::CPU);
+  EXPECT_EQ(ctx.device_string(), "cpu");
+  EXPECT_EQ(ctx.threads(), 3);
+  EXPECT_EQ(ctx.pool().size(), 3);
+  EXPECT_EQ(ctx.stream(), nullptr);
+  EXPECT_EQ(ctx.cuda(), nullptr);
+  EXPECT_EQ(ctx.scratch().bytes(), 0);
+  const Tensor x = random_tensor({5, 16}, 40), g = random_tensor({24, 16}, 41), d = random_tensor({16, 24}, 42);
+  Tensor y;
+  gated_mlp(ctx, x, g, g, d, y);
+  EXPECT_EQ(ctx.scratch().bytes(), 2 * 5 * 24 * 4);  // gate and up, [5, d_ff] each
+}
+
+TEST(ExecContext, CudaWithoutADeviceIsATypedError) {
+  if (cuda::available()) GTEST_SKIP() << "a CUDA device is present";
+  try {
+    ExecContext ctx({.device = Device::CUDA});
+    ADD_FAILURE() << "a CUDA context was made without a device";
+  } catch (const DeviceError& e) {
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();  // one line
+  }
 }
 
 }  // namespace

@@ -116,7 +116,7 @@ TEST(Linear, TiledEqualsDequantisedFirstBitForBit) {
   const int64_t rows = 37, in = 512, out = 200;
   const Tensor x = random_input(rows, in, 3), bias = random_input(1, out, 4);
   const Tensor b({out}, std::vector<float>(bias.span().begin(), bias.span().end()));
-  ThreadPool one(1), three(3);
+  ExecContext one({.threads = 1}), three({.threads = 3});
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
                   DType::Q4_K, DType::Q6_K}) {
     SCOPED_TRACE(std::string(dtype_name(t)));
@@ -128,9 +128,9 @@ TEST(Linear, TiledEqualsDequantisedFirstBitForBit) {
     w.set_row_map(map);
     const Tensor dense = w.to_f32();
     Tensor want, got1, got3;
-    linear(x, dense, b, want, one);
-    linear(x, w, b, got1, one);
-    linear(x, w, b, got3, three);
+    linear(one, x, dense, b, want);
+    linear(one, x, w, b, got1);
+    linear(three, x, w, b, got3);
     EXPECT_TRUE(bit_equal(got1, want));
     EXPECT_TRUE(bit_equal(got3, want));
   }

@@ -410,6 +410,7 @@ int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std
   }
 
   Forward forward(model, g.forward_options());
+  prov.device = forward.context().device_string();
   auto run_one = [&](const std::string& id, int64_t index, const std::vector<int32_t>& prompt, int64_t c) {
     std::vector<int32_t> tokens = prompt;
     int64_t decoded = -1;
@@ -485,7 +486,9 @@ void run_bound_job(const AnalysisOptions& o, const GlobalOptions& g, const std::
   // Refuse existing outputs before the model load and hashing; the real checks follow.
   for (const fs::path& p : {h5_path, csv_path, json_path}) AtomicOutput::check(p, {.force = o.force, .resume = o.resume});
   const Shard shard = Shard::resolve(o.shard);
-  Provenance prov = g.provenance();
+  // The device that ran: the CPU for an analysis of a dump (its pool); run_analysis sets
+  // its Forward's context's device before any output is opened when it runs the model.
+  Provenance prov = g.provenance(std::string(device_name(Device::CPU)));
   std::optional<AtomicOutput> h5_out, csv_out, json_out;
   std::optional<BoundFile> file;
   int64_t written = 0;

@@ -286,7 +286,9 @@ void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
   settings.layers = parse_index_list(o.layers, model.config.n_layer, "--layers");
   settings.heads = parse_index_list(o.heads, model.config.n_head, "--heads");
   const std::string sha = model_sha256(model.source.path);
-  Provenance prov = g.provenance();
+  // Built before the provenance: its context is the device that runs the pass.
+  Forward forward(model, g.forward_options());
+  Provenance prov = g.provenance(forward.context().device_string());
   prov.set("model_path", model.source.path.string());
   prov.set("model_sha256", sha);
   prov.set("model_format", model.source.format);
@@ -312,7 +314,6 @@ void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
   restart_headerless(out);
 
   DumpFile dump = open_dump(out, prov, model, sha, settings);
-  Forward forward(model, g.forward_options());
   ThreadPool pool(g.resolved_threads());
   Progress progress("dump", shard.size_of(total), "records", g.progress_mode());
   Run run{o, g, model, settings, dump, forward, pool, progress, dump.complete_records(), {}};

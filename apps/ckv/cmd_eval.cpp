@@ -120,7 +120,9 @@ void run_eval(const EvalOptions& o, const GlobalOptions& g) {
   Model model = load_model(g.model_path());
   if (!model.tokenizer) fail<InputError>("{}: ckv eval needs a model with a tokenizer", model.source.path.string());
   const std::string sha = model_sha256(model.source.path);
-  Provenance prov = g.provenance();
+  // Built before the provenance: its context is the device that runs the pass.
+  Forward fwd(model, g.forward_options());
+  Provenance prov = g.provenance(fwd.context().device_string());
   prov.set("model_path", model.source.path.string());
   prov.set("model_sha256", sha);
   prov.set("input_file", o.input);
@@ -142,7 +144,6 @@ void run_eval(const EvalOptions& o, const GlobalOptions& g) {
                                       : EvalFile::create(h5_out.partial_path(), prov, js, method_names,
                                                          settings.budgets, model.config);
   const std::set<std::string> done = file.complete_records();
-  Forward fwd(model, g.forward_options());
   ThreadPool pool(g.resolved_threads());
   int64_t written = 0, skipped = 0;
   Progress progress("eval", shard.is_whole() ? input_records : 0, "records", g.progress_mode());

@@ -372,7 +372,9 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
   if (!o.csv.empty()) AtomicOutput::check(o.csv, {.force = o.force, .resume = o.resume});
   Model model = load_model(g.model_path());
   const std::string sha = model_sha256(model.source.path);
-  Provenance prov = g.provenance();
+  // Built before the provenance: its context is the device that runs the pass.
+  Forward fwd(model, g.forward_options());
+  Provenance prov = g.provenance(fwd.context().device_string());
   prov.set("model_path", model.source.path.string());
   prov.set("model_sha256", sha);
   const std::string input_file = !o.input_jsonl.empty()        ? o.input_jsonl
@@ -399,7 +401,6 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
   MaskFile file = out.continuing() ? MaskFile::resume(out.partial_path(), prov.command_line)
                                    : MaskFile::create(out.partial_path(), prov, settings);
   const std::set<std::string> done = file.complete_records();
-  Forward fwd(model, g.forward_options());
   ThreadPool pool(g.resolved_threads());
   MaskJob job(o, model, fwd, pool);
   int64_t written = 0, skipped = 0;

@@ -1,6 +1,8 @@
 #pragma once
 // Options shared by every subcommand, and the registration functions of each one.
+#include <optional>
 #include <string>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 
@@ -13,7 +15,7 @@ namespace ckv::app {
 
 struct GlobalOptions {
   std::string model;       // --model PATH; empty means the embedded default model
-  std::string device = "cpu";
+  std::string device = "cpu";  // --device as given (checked by its validator: cpu only, for now)
   int threads = 0;         // 0: all hardware threads; more than those are capped to them
   ComputeDType compute = ComputeDType::F32;  // --compute-dtype: the linear layers' arithmetic
   bool quiet = false;
@@ -26,14 +28,20 @@ struct GlobalOptions {
   ProgressMode progress_mode() const { return Progress::mode_from_flags(quiet, progress); }
   int resolved_threads() const;
   std::string model_path() const;  // --model, else the default model path
-  // The forward pass as the flags ask: --threads and --compute-dtype.
+  // The forward pass as the flags ask: --device, --threads and --compute-dtype.
   ForwardOptions forward_options() const;
   // Provenance of this run: the fixed fields, and the compute dtype and GEMM engine that ran.
-  Provenance provenance() const;
+  // `device_that_ran` is the device of the execution context that did the work
+  // (forward.context().device_string()), never the flag's text.
+  Provenance provenance(const std::string& device_that_ran) const;
 };
 
 void add_model_options(CLI::App& cmd, GlobalOptions& g);  // --model, --device, --threads
-void add_device_option(CLI::App& cmd, GlobalOptions& g);  // --device cpu (the only one)
+// --device cpu|cuda|cuda:N: every subcommand refuses a CUDA device (one line, exit 2) at
+// parsing, before any work; see main.cpp.
+void add_device_option(CLI::App& cmd, GlobalOptions& g);
+// A --device value: {device, index}, or nullopt for an unknown name.
+std::optional<std::pair<Device, int>> parse_device(const std::string& value);
 // --compute-dtype f32|bf16, on every subcommand that runs the forward pass.
 void add_compute_option(CLI::App& cmd, GlobalOptions& g);
 

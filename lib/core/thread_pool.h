@@ -1,7 +1,7 @@
 #pragma once
-// A fixed set of worker threads that runs parallel loops. Every multi-threaded op takes a
-// ThreadPool&, so one `--threads N` controls all CPU parallelism (Eigen and oneDNN are used
-// single-threaded inside each task).
+// A fixed set of worker threads that runs parallel loops. Every op runs on the pool of its
+// execution context (ops/context.h), so one `--threads N` controls all CPU parallelism
+// (Eigen and oneDNN are used single-threaded inside each task).
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "model/rope_freq.h"
 #include "ops/linear.h"
 #include "ops/mlp.h"
@@ -35,6 +36,18 @@ void ensure_shape(Tensor& t, std::vector<int64_t> shape) {
   if (t.shape() != shape) t = Tensor(std::move(shape));
 }
 
+// The context of a forward pass: the CPU only (see forward.h).
+ExecOptions exec_options(const ForwardOptions& options) {
+  if (options.device != Device::CPU)
+    fail<UsageError>("--device {}: the forward pass runs on the CPU only (its CUDA kernels are built but not "
+                     "verified on a GPU, and the KV cache and recordings live in host memory); use --device cpu",
+                     device_name(options.device));
+  return {.device = options.device,
+          .device_index = options.device_index,
+          .threads = options.threads,
+          .compute = options.compute};
+}
+
 void check_rows(std::span<const int64_t> rows, int64_t seq, const char* what) {
   for (int64_t r : rows)
     if (r < 0 || r >= seq) fail<InputError>("{}: row {} outside the {} tokens", what, r, seq);
@@ -47,11 +60,7 @@ bool RecordRequest::wants_layer(int64_t layer) const {
 }
 
 Forward::Forward(const ModelConfig& config, const ModelWeights& weights, ForwardOptions options)
-    : config_(config), weights_(weights), options_(options), pool_(options.threads) {
-  if (!compute_dtype_available(options.compute))
-    fail<UsageError>("--compute-dtype {}: this build has no {} GEMM (built without oneDNN; install "
-                     "libdnnl-dev and rebuild)",
-                     compute_dtype_name(options.compute), compute_dtype_name(options.compute));
+    : config_(config), weights_(weights), options_(options), ctx_(exec_options(options)) {
   const ModelConfig& c = config;
   if (c.n_layer <= 0 || c.n_head <= 0 || c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0 ||
       c.d_head <= 0 || c.d_head % 2 != 0)
@@ -127,8 +136,8 @@ void Forward::embed(std::span<const int32_t> tokens) {
 // resid_ += MLP(ffn_norm(resid_)).
 void Forward::mlp_block(int64_t layer) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
-  rms_norm(resid_, w.ffn_norm, static_cast<float>(config_.rms_eps), normed_);
-  gated_mlp(normed_, w.w_gate, w.w_up, w.w_down, block_out_, pool_, gate_, up_, options_.compute);
+  rms_norm(ctx_, resid_, w.ffn_norm, static_cast<float>(config_.rms_eps), normed_);
+  gated_mlp(ctx_, normed_, w.w_gate, w.w_up, w.w_down, block_out_);
   resid_.matrix() += block_out_.matrix();
   check_layer_finite(layer);
 }
@@ -141,8 +150,8 @@ ForwardResult Forward::logits(std::span<const int64_t> rows) {
   const auto r = static_cast<int64_t>(rows.size());
   Tensor last({r, c.d_model});  // [r_logits, d_model]
   for (int64_t i = 0; i < r; ++i) last.matrix().row(i) = resid_.matrix().row(rows[static_cast<size_t>(i)]);
-  rms_norm(last, weights_.output_norm, static_cast<float>(c.rms_eps), last);
-  linear(last, weights_.lm_head(), Tensor(), result.logits, pool_, options_.compute);
+  rms_norm(ctx_, last, weights_.output_norm, static_cast<float>(c.rms_eps), last);
+  linear(ctx_, last, weights_.lm_head(), Tensor(), result.logits);
   return result;
 }
 
@@ -157,7 +166,7 @@ ForwardResult Forward::run(std::span<const int32_t> tokens, const ForwardRequest
     for (int64_t l = 0; l < c.n_layer; ++l) {
       const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
       const bool record = !request.record.empty() && request.record.wants_layer(l);
-      rms_norm(resid_, w.attn_norm, static_cast<float>(c.rms_eps), normed_);
+      rms_norm(ctx_, resid_, w.attn_norm, static_cast<float>(c.rms_eps), normed_);
       attention_block(l, request, record);
       resid_.matrix() += block_out_.matrix();
       mlp_block(l);
@@ -190,7 +199,7 @@ ForwardResult Forward::run_cached(std::span<const int32_t> tokens, KvCache& cach
     embed(tokens);
     for (int64_t l = 0; l < c.n_layer; ++l) {
       const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
-      rms_norm(resid_, w.attn_norm, static_cast<float>(c.rms_eps), normed_);
+      rms_norm(ctx_, resid_, w.attn_norm, static_cast<float>(c.rms_eps), normed_);
       cached_attention_block(l, first, cache, request);
       resid_.matrix() += block_out_.matrix();
       mlp_block(l);
@@ -226,15 +235,15 @@ void Forward::project_qkv(int64_t layer, int64_t first_position) {
   // into the per-head layout.
   for (int64_t begin = 0; begin < seq; begin += kLinearRowChunk) {
     const int64_t count = std::min(kLinearRowChunk, seq - begin);
-    linear_rows(normed_, begin, count, w.wq, w.bq, proj_, pool_, options_.compute);  // [count, n_head*d_head]
+    linear_rows(ctx_, normed_, begin, count, w.wq, w.bq, proj_);  // [count, n_head*d_head]
     split_heads(proj_, begin, c.n_head, c.d_head, q_);
-    linear_rows(normed_, begin, count, w.wk, w.bk, proj_, pool_, options_.compute);  // [count, n_kv_head*d_head]
+    linear_rows(ctx_, normed_, begin, count, w.wk, w.bk, proj_);  // [count, n_kv_head*d_head]
     split_heads(proj_, begin, c.n_kv_head, c.d_head, k_);
-    linear_rows(normed_, begin, count, w.wv, w.bv, proj_, pool_, options_.compute);  // [count, n_kv_head*d_head]
+    linear_rows(ctx_, normed_, begin, count, w.wv, w.bv, proj_);  // [count, n_kv_head*d_head]
     split_heads(proj_, begin, c.n_kv_head, c.d_head, v_);
   }
-  apply_rope(q_, rope_, first_position);
-  apply_rope(k_, rope_, first_position);
+  apply_rope(ctx_, q_, rope_, first_position);
+  apply_rope(ctx_, k_, rope_, first_position);
 }
 
 // normed_ [n, d_model] of the rows at [first_position, +n) -> block_out_ [n, d_model], the
@@ -247,8 +256,8 @@ void Forward::cached_attention_block(int64_t layer, int64_t first_position, KvCa
   if (request.before_attention) request.before_attention(layer, q_, k_, v_, cache);
   kv_views_.resize(static_cast<size_t>(config_.n_kv_head));
   for (int64_t g = 0; g < config_.n_kv_head; ++g) kv_views_[static_cast<size_t>(g)] = cache.view(layer, g);
-  cached_attention(q_, q_positions_, kv_views_, context_, pool_, options_.query_block);
-  linear(context_, w.wo, Tensor(), block_out_, pool_, options_.compute);  // [n, d_model]
+  cached_attention(ctx_, q_, q_positions_, kv_views_, context_, options_.query_block);
+  linear(ctx_, context_, w.wo, Tensor(), block_out_);  // [n, d_model]
 }
 
 // normed_ [seq, d_model] -> block_out_ [seq, d_model]: the attention block's output.
@@ -271,11 +280,11 @@ void Forward::attention_block(int64_t layer, const ForwardRequest& request, bool
     params.prob_rows = request.record.attn_rows;
     params.probs = &probs_;
   }
-  causal_attention(q_, k_, v_, context_, params, pool_);  // context_ [seq, n_head*d_head]
+  causal_attention(ctx_, q_, k_, v_, context_, params);  // context_ [seq, n_head*d_head]
   if (params.probs != nullptr)
     request.recorder->on_attention(layer, request.record.attn_rows, probs_);
   if (record && !request.record.head_out_rows.empty()) record_head_outputs(layer, request);
-  linear(context_, w.wo, Tensor(), block_out_, pool_, options_.compute);  // [seq, d_model]
+  linear(ctx_, context_, w.wo, Tensor(), block_out_);  // [seq, d_model]
 }
 
 void Forward::record_head_outputs(int64_t layer, const ForwardRequest& request) {
@@ -284,7 +293,7 @@ void Forward::record_head_outputs(int64_t layer, const ForwardRequest& request) 
   const auto r = static_cast<int64_t>(rows.size());
   const Tensor wo = weights_.layers[static_cast<size_t>(layer)].wo.to_f32();  // [d_model, n_head*d_head]
   Tensor head_out({c.n_head, r, c.d_model});
-  pool_.parallel_for(c.n_head, [&](int64_t h) {
+  ctx_.pool().parallel_for(c.n_head, [&](int64_t h) {
     RowMatrix ctx(r, c.d_head);  // [r, d_head]: head h's attention output at the rows
     for (int64_t i = 0; i < r; ++i)
       ctx.row(i) =

@@ -1,7 +1,10 @@
 #pragma once
-// The decoder forward pass of llama and qwen2 models (MODELS.md "Architectures"), fp32 on
-// CPU, with recording and attention-mask intervention. It calls ops only and never
-// branches on device.
+// The decoder forward pass of llama and qwen2 models (MODELS.md "Architectures"), fp32, with
+// recording and attention-mask intervention. It calls ops only, in one execution context
+// (ops/context.h) made from ForwardOptions when the Forward is built, and never branches on
+// the device. Only the CPU runs it: a CUDA device is refused at construction (the kernels
+// exist, but the pass's KV cache, recordings and masks are host-side and the device path has
+// not been verified on a GPU).
 //
 //   Forward fwd(model, {.threads = 2});
 //   ForwardRequest req;
@@ -17,19 +20,21 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "core/thread_pool.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/recorder.h"
 #include "model/weights.h"
 #include "ops/attention.h"
+#include "ops/context.h"
 #include "ops/linear.h"
 #include "ops/rope.h"
 
 namespace ckv {
 
 struct ForwardOptions {
+  Device device = Device::CPU;  // where the ops run (the CLI's --device); only the CPU here
+  int device_index = 0;         // cuda:N
   int threads = 1;           // worker threads for every op (the CLI's --threads)
   int64_t query_block = 64;  // query rows per attention task; results do not depend on it
   ComputeDType compute = ComputeDType::F32;  // the linear layers' arithmetic (--compute-dtype)
@@ -74,11 +79,12 @@ struct ForwardResult {
   Tensor logits;                    // [r_logits, vocab]
 };
 
-// Holds the thread pool and scratch buffers; one run at a time (not thread-safe). The
-// config and weights must outlive it.
+// Holds the execution context (device, thread pool, scratch) and the activations; one run
+// at a time (not thread-safe). The config and weights must outlive it.
 class Forward {
  public:
-  // Checks every weight's shape against the config; throws FormatError naming the tensor.
+  // Checks every weight's shape against the config; throws FormatError naming the tensor,
+  // UsageError for a device or compute dtype it cannot run on.
   Forward(const ModelConfig& config, const ModelWeights& weights, ForwardOptions options = {});
   explicit Forward(const Model& model, ForwardOptions options = {})
       : Forward(model.config, model.weights, options) {}
@@ -97,8 +103,10 @@ class Forward {
                            const CachedRequest& request = {});
 
   const ModelConfig& config() const { return config_; }
-  int threads() const { return pool_.size(); }
-  ComputeDType compute() const { return options_.compute; }
+  int threads() const { return ctx_.threads(); }
+  ComputeDType compute() const { return ctx_.compute(); }
+  // The context the ops run in: its device is the one that ran (provenance).
+  const ExecContext& context() const { return ctx_; }
 
  private:
   void check_request(int64_t seq, const ForwardRequest& request) const;
@@ -117,7 +125,7 @@ class Forward {
   const ModelConfig& config_;
   const ModelWeights& weights_;
   ForwardOptions options_;
-  ThreadPool pool_;
+  ExecContext ctx_;
   std::vector<float> inv_freq_;  // [d_head/2]
   std::vector<KvHeadView> kv_views_;  // [n_kv_head] of the layer being run over a cache
   std::vector<int64_t> q_positions_;  // [n] positions of the rows being run over a cache
@@ -129,7 +137,6 @@ class Forward {
   Tensor q_, k_, v_;              // [n_head|n_kv_head, seq, d_head]
   Tensor context_;                // [seq, n_head*d_head]
   Tensor block_out_;              // [seq, d_model]
-  Tensor gate_, up_;              // [chunk, d_ff] (chunk = min(seq, kLinearRowChunk))
   Tensor probs_;                  // [n_head, r, seq]
   RopeTable rope_;
 };

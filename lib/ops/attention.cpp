@@ -3,11 +3,12 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "ops/device_path.h"
 
 namespace ckv {
 
-void causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                      const AttentionParams& params, ThreadPool& pool) {
+void causal_attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                      const AttentionParams& params) {
   if (q.rank() != 3 || k.rank() != 3 || k.shape() != v.shape() || q.dim(1) != k.dim(1) ||
       q.dim(2) != k.dim(2) || k.dim(0) == 0 || q.dim(0) % k.dim(0) != 0)
     fail<InputError>("attention: q {}, k {}, v {} do not fit together", q.shape_string(),
@@ -24,6 +25,8 @@ void causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor&
       if (key < 0 || key >= shape.seq)
         fail<InputError>("attention mask: key {} outside [0, {})", key, shape.seq);
   }
+  if (ctx.device() == Device::CUDA && !params.prob_rows.empty())
+    fail<UnsupportedError>("attention: recording probability rows is not implemented on {}", ctx.device_string());
   std::vector<int64_t> prob_slot;
   if (!params.prob_rows.empty()) {
     const auto r = static_cast<int64_t>(params.prob_rows.size());
@@ -42,13 +45,19 @@ void causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor&
   }
   if (out.rank() != 2 || out.dim(0) != shape.seq || out.dim(1) != shape.n_head * shape.d_head)
     out = Tensor({shape.seq, shape.n_head * shape.d_head});
+  if (ctx.device() == Device::CUDA) {
+    detail::causal_attention_cuda(ctx, q.data(), k.data(), v.data(), out.data(), shape, params);
+    return;
+  }
   detail::causal_attention_cpu(q.data(), k.data(), v.data(), out.data(), shape, params, prob_slot,
-                               pool);
+                               ctx.pool());
 }
 
-void cached_attention(const Tensor& q, std::span<const int64_t> q_positions,
-                      std::span<const KvHeadView> heads, Tensor& out, ThreadPool& pool,
-                      int64_t query_block) {
+void cached_attention(ExecContext& ctx, const Tensor& q, std::span<const int64_t> q_positions,
+                      std::span<const KvHeadView> heads, Tensor& out, int64_t query_block) {
+  if (ctx.device() != Device::CPU)
+    fail<UnsupportedError>("cached attention: the KV cache is in host memory; {} is not supported",
+                           ctx.device_string());
   const auto n_kv_head = static_cast<int64_t>(heads.size());
   if (q.rank() != 3 || n_kv_head == 0 || q.dim(0) % n_kv_head != 0 ||
       q.dim(1) != static_cast<int64_t>(q_positions.size()))
@@ -77,7 +86,7 @@ void cached_attention(const Tensor& q, std::span<const int64_t> q_positions,
   if (out.rank() != 2 || out.dim(0) != rows || out.dim(1) != n_head * d_head)
     out = Tensor({rows, n_head * d_head});
   detail::cached_attention_cpu(q.data(), n_head, rows, d_head, heads, visible, out.data(), query_block,
-                               pool);
+                               ctx.pool());
 }
 
 }  // namespace ckv

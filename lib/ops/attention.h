@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/context.h"
 
 namespace ckv {
 
@@ -37,8 +38,9 @@ struct AttentionParams {
 // layout o_proj expects. Requested probability rows are written to *params.probs with
 // zeros after the query position. A row whose every key is masked attends to nothing:
 // probabilities and output 0. Throws InputError for bad shapes, rows or mask spans.
-void causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                      const AttentionParams& params, ThreadPool& pool);
+// On CUDA, probability rows are not supported (UnsupportedError).
+void causal_attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                      const AttentionParams& params);
 
 // The cached keys and values of one KV head: `count` entries in increasing original
 // position, post-RoPE key rows and value rows [count, d_head] (row stride d_head). A cache
@@ -57,10 +59,10 @@ struct KvHeadView {
 // (causal over what the cache still holds). out: [rows, n_head*d_head] (resized), as
 // causal_attention's. The arithmetic is causal_attention's (scale, fp32 softmax in a fixed
 // order), so a cache that holds every position gives its results up to the GEMM's blocking.
-// Throws InputError for bad shapes or a row with no cached entry at or before it.
-void cached_attention(const Tensor& q, std::span<const int64_t> q_positions,
-                      std::span<const KvHeadView> heads, Tensor& out, ThreadPool& pool,
-                      int64_t query_block = 64);
+// Throws InputError for bad shapes or a row with no cached entry at or before it. CPU only:
+// the KV cache lives in host memory (UnsupportedError on a CUDA context).
+void cached_attention(ExecContext& ctx, const Tensor& q, std::span<const int64_t> q_positions,
+                      std::span<const KvHeadView> heads, Tensor& out, int64_t query_block = 64);
 
 namespace detail {
 struct AttentionShape {

@@ -1,11 +1,12 @@
 #include "ops/linear.h"
 
 #include "core/error.h"
+#include "ops/device_path.h"
 
 namespace ckv {
 
-void linear_rows(const Tensor& x, int64_t begin, int64_t count, const WeightMatrix& weight,
-                 const Tensor& bias, Tensor& y, ThreadPool& pool, ComputeDType compute) {
+void linear_rows(ExecContext& ctx, const Tensor& x, int64_t begin, int64_t count, const WeightMatrix& weight,
+                 const Tensor& bias, Tensor& y) {
   if (x.rank() != 2 || weight.empty() || x.dim(1) != weight.cols())
     fail<InputError>("linear: input {} does not match weight {}", x.shape_string(),
                      weight.shape_string());
@@ -17,24 +18,22 @@ void linear_rows(const Tensor& x, int64_t begin, int64_t count, const WeightMatr
   if (&y == &x) fail<InputError>("linear: output must not alias the input");
   const int64_t in = x.dim(1), out = weight.rows();
   if (y.rank() != 2 || y.dim(0) != count || y.dim(1) != out) y = Tensor({count, out});
-  detail::linear_cpu(x.data() + begin * in, in, weight, bias.empty() ? nullptr : bias.data(),
-                     y.data(), out, count, pool, compute);
+  detail::linear_on_device(ctx, x.data() + begin * in, in, weight, bias.empty() ? nullptr : bias.data(),
+                           y.data(), out, count);
 }
 
-void linear(const Tensor& x, const WeightMatrix& weight, const Tensor& bias, Tensor& y,
-            ThreadPool& pool, ComputeDType compute) {
+void linear(ExecContext& ctx, const Tensor& x, const WeightMatrix& weight, const Tensor& bias, Tensor& y) {
   if (x.rank() != 2)
     fail<InputError>("linear: input {} does not match weight {}", x.shape_string(),
                      weight.shape_string());
-  linear_rows(x, 0, x.dim(0), weight, bias, y, pool, compute);
+  linear_rows(ctx, x, 0, x.dim(0), weight, bias, y);
 }
 
-void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y,
-            ThreadPool& pool) {
+void linear(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y) {
   if (weight.rank() != 2)
     fail<InputError>("linear: input {} does not match weight {}", x.shape_string(),
                      weight.shape_string());
-  linear(x, WeightMatrix::borrow(weight), bias, y, pool);
+  linear(ctx, x, WeightMatrix::borrow(weight), bias, y);
 }
 
 }  // namespace ckv

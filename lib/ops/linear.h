@@ -5,19 +5,12 @@
 
 #include "core/tensor.h"
 #include "io/weight_matrix.h"
+#include "ops/context.h"
 
 namespace ckv {
 
 class ThreadPool;
 
-// The arithmetic of the linear layers (the CLI's --compute-dtype). F32: float32 products and
-// sums (the default; fidelity). BF16: x and each weight tile rounded to bfloat16 (8
-// significant bits, round to nearest even), products summed in float32, output float32; only
-// in a build with oneDNN (its bf16 matmul), see compute_dtype_available().
-enum class ComputeDType { F32, BF16 };
-std::string_view compute_dtype_name(ComputeDType dtype);  // "f32", "bf16"
-// Whether this build can run `dtype` (F32 always; BF16 with oneDNN).
-bool compute_dtype_available(ComputeDType dtype);
 // The GEMM engine of the tiled path in this build: "onednn" or "eigen" (provenance).
 std::string_view gemm_engine_name();
 // How ComputeDType::BF16 multiplies on this CPU (chosen once, from oneDNN's view of the
@@ -46,15 +39,14 @@ std::string_view bf16_kernel_name(Bf16Kernel kernel = bf16_kernel());
 //    by rounding only: |y - y_f32| <= 2 * (in + 1) * 2^-24 * (sum_i |x_i w_i| + |b|) (the
 //    two orders' error bounds added; tests/test_linear_few_rows.cpp checks it for every
 //    dtype). A row's result does not depend on the other rows of the call either.
-// With compute ComputeDType::BF16 every call takes the tiled path with bf16 x and tiles (the
-// fused path is float32 only); a build without oneDNN throws UsageError for it.
-void linear(const Tensor& x, const WeightMatrix& weight, const Tensor& bias, Tensor& y,
-            ThreadPool& pool, ComputeDType compute = ComputeDType::F32);
+// With the context's compute ComputeDType::BF16 every call takes the tiled path with bf16 x
+// and tiles (the fused path is float32 only); a build without oneDNN cannot make such a
+// context. Both paths run on the context's thread pool.
+void linear(ExecContext& ctx, const Tensor& x, const WeightMatrix& weight, const Tensor& bias, Tensor& y);
 // Rows [begin, begin+count) of x [rows, in] only: y [count, out] (resized). What a caller
 // that works in row chunks uses, so that its outputs exist for one chunk at a time.
-void linear_rows(const Tensor& x, int64_t begin, int64_t count, const WeightMatrix& weight,
-                 const Tensor& bias, Tensor& y, ThreadPool& pool,
-                 ComputeDType compute = ComputeDType::F32);
+void linear_rows(ExecContext& ctx, const Tensor& x, int64_t begin, int64_t count, const WeightMatrix& weight,
+                 const Tensor& bias, Tensor& y);
 // Rows per chunk where the forward pass and the MLP bound their activations: the
 // [chunk, d_ff] MLP intermediates and [chunk, n_head*d_head] projections replace
 // [seq, ...] ones (docs/PERF.md). A sequence of at most this many rows is one chunk. 512
@@ -67,7 +59,7 @@ inline constexpr int64_t kLinearRowChunk = 512;
 // (bench/bench_linear.cpp, docs/PERF.md "Decode").
 inline constexpr int64_t kLinearFewRows = 8;
 // The same with a float32 weight [out, in] (tests, analysis).
-void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y, ThreadPool& pool);
+void linear(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y);
 
 namespace detail {
 // Tests only: runs ComputeDType::BF16 on `kernel` (NativeMatmul is emulated by oneDNN on a CPU

@@ -3,13 +3,13 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "ops/device_path.h"
 #include "ops/linear.h"
 
 namespace ckv {
 
-void gated_mlp(const Tensor& x, const WeightMatrix& w_gate, const WeightMatrix& w_up,
-               const WeightMatrix& w_down, Tensor& y, ThreadPool& pool, Tensor& gate_scratch,
-               Tensor& up_scratch, ComputeDType compute) {
+void gated_mlp(ExecContext& ctx, const Tensor& x, const WeightMatrix& w_gate, const WeightMatrix& w_up,
+               const WeightMatrix& w_down, Tensor& y) {
   if (w_gate.shape() != w_up.shape() || w_down.rows() != w_gate.cols() ||
       w_down.cols() != w_gate.rows())
     fail<InputError>("gated_mlp: gate {}, up {}, down {} do not fit together",
@@ -19,24 +19,35 @@ void gated_mlp(const Tensor& x, const WeightMatrix& w_gate, const WeightMatrix& 
   if (&y == &x) fail<InputError>("gated_mlp: output must not alias the input");
   const int64_t rows = x.dim(0), d_model = w_down.rows(), d_ff = w_down.cols();
   if (y.rank() != 2 || y.dim(0) != rows || y.dim(1) != d_model) y = Tensor({rows, d_model});
+  Tensor& gate = ctx.scratch()[ScratchSlot::MlpGate];  // [count, d_ff]
+  Tensor& up = ctx.scratch()[ScratchSlot::MlpUp];      // [count, d_ff]
   const Tensor no_bias;
   for (int64_t begin = 0; begin < rows; begin += kLinearRowChunk) {
     const int64_t count = std::min(kLinearRowChunk, rows - begin);
-    linear_rows(x, begin, count, w_gate, no_bias, gate_scratch, pool, compute);  // [count, d_ff]
-    linear_rows(x, begin, count, w_up, no_bias, up_scratch, pool, compute);      // [count, d_ff]
-    detail::silu_mul_cpu(gate_scratch.data(), up_scratch.data(), gate_scratch.numel(), pool);
-    detail::linear_cpu(gate_scratch.data(), d_ff, w_down, nullptr, y.data() + begin * d_model, d_model,
-                       count, pool, compute);  // y rows [begin, begin+count)
+    linear_rows(ctx, x, begin, count, w_gate, no_bias, gate);  // [count, d_ff]
+    linear_rows(ctx, x, begin, count, w_up, no_bias, up);      // [count, d_ff]
+    silu_mul(ctx, gate, up);
+    detail::linear_on_device(ctx, gate.data(), d_ff, w_down, nullptr, y.data() + begin * d_model, d_model,
+                             count);  // y rows [begin, begin+count)
   }
 }
 
-void gated_mlp(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down,
-               Tensor& y, ThreadPool& pool, Tensor& gate_scratch, Tensor& up_scratch) {
+void gated_mlp(ExecContext& ctx, const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down,
+               Tensor& y) {
   if (w_gate.rank() != 2 || w_up.rank() != 2 || w_down.rank() != 2)
     fail<InputError>("gated_mlp: gate {}, up {}, down {} do not fit together",
                      w_gate.shape_string(), w_up.shape_string(), w_down.shape_string());
-  gated_mlp(x, WeightMatrix::borrow(w_gate), WeightMatrix::borrow(w_up), WeightMatrix::borrow(w_down),
-            y, pool, gate_scratch, up_scratch);
+  gated_mlp(ctx, x, WeightMatrix::borrow(w_gate), WeightMatrix::borrow(w_up), WeightMatrix::borrow(w_down), y);
+}
+
+void silu_mul(ExecContext& ctx, Tensor& gate, const Tensor& up) {
+  if (gate.shape() != up.shape())
+    fail<InputError>("silu_mul: gate {} does not match up {}", gate.shape_string(), up.shape_string());
+  if (ctx.device() == Device::CUDA) {
+    detail::silu_mul_cuda(ctx, gate.data(), up.data(), gate.numel());
+    return;
+  }
+  detail::silu_mul_cpu(gate.data(), up.data(), gate.numel(), ctx.pool());
 }
 
 }  // namespace ckv

@@ -10,14 +10,15 @@ class ThreadPool;
 
 // x: [rows, d_model]; w_gate, w_up: [d_ff, d_model]; w_down: [d_model, d_ff];
 // y: [rows, d_model] (resized). Rows are processed in chunks of kLinearRowChunk, so the
-// reused buffers gate_scratch and up_scratch are [min(rows, kLinearRowChunk), d_ff], not
+// context's scratch slots MlpGate and MlpUp are [min(rows, kLinearRowChunk), d_ff], not
 // [rows, d_ff] (4 GiB at 32K tokens of an 8B model).
-void gated_mlp(const Tensor& x, const WeightMatrix& w_gate, const WeightMatrix& w_up,
-               const WeightMatrix& w_down, Tensor& y, ThreadPool& pool, Tensor& gate_scratch,
-               Tensor& up_scratch, ComputeDType compute = ComputeDType::F32);
+void gated_mlp(ExecContext& ctx, const Tensor& x, const WeightMatrix& w_gate, const WeightMatrix& w_up,
+               const WeightMatrix& w_down, Tensor& y);
 // The same with float32 weights (tests).
-void gated_mlp(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down,
-               Tensor& y, ThreadPool& pool, Tensor& gate_scratch, Tensor& up_scratch);
+void gated_mlp(ExecContext& ctx, const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down,
+               Tensor& y);
+// gate, up: [n] elementwise; gate <- silu(gate) * up (SwiGLU's gating).
+void silu_mul(ExecContext& ctx, Tensor& gate, const Tensor& up);
 
 namespace detail {
 // gate, up: [n] elementwise; gate <- silu(gate) * up, split over the pool.

@@ -1,6 +1,7 @@
 #pragma once
 // RMSNorm, as in llama and qwen2: y = x * rsqrt(mean(x^2) + eps) * w, computed in fp32.
 #include "core/tensor.h"
+#include "ops/context.h"
 
 namespace ckv {
 
@@ -8,7 +9,7 @@ class ThreadPool;
 
 // x: [rows, d_model] (rank 1 or 2), weight: [d_model], y: same shape as x (resized if
 // needed; may alias x). Throws InputError on mismatched shapes.
-void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& y);
+void rms_norm(ExecContext& ctx, const Tensor& x, const Tensor& weight, float eps, Tensor& y);
 
 namespace detail {
 // x, y: [rows, cols] row-major; w: [cols]. y may equal x.

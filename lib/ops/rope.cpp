@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/device_path.h"
 
 namespace ckv {
 
@@ -21,11 +22,15 @@ RopeTable make_rope_table(std::span<const float> inv_freq, int64_t seq) {
   return t;
 }
 
-void apply_rope(Tensor& x, const RopeTable& table, int64_t first_position) {
+void apply_rope(ExecContext& ctx, Tensor& x, const RopeTable& table, int64_t first_position) {
   if (x.rank() != 3 || x.dim(2) != 2 * table.half || first_position < 0 ||
       first_position + x.dim(1) > table.seq)
     fail<InputError>("rope: tensor {} from position {} does not fit a table of {} positions, d_head {}",
                      x.shape_string(), first_position, table.seq, 2 * table.half);
+  if (ctx.device() == Device::CUDA) {
+    detail::apply_rope_cuda(ctx, x.data(), x.dim(0), x.dim(1), table, first_position);
+    return;
+  }
   detail::apply_rope_cpu(x.data(), x.dim(0), x.dim(1), table.half, table, first_position);
 }
 

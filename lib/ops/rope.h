@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/context.h"
 
 namespace ckv {
 
@@ -23,10 +24,9 @@ RopeTable make_rope_table(std::span<const float> inv_freq, int64_t seq);
 // x: [heads, seq, d_head], rotated in place; row p gets position first_position + p, and
 // first_position + seq must not exceed table.seq (a decoding step rotates one new row at its
 // position in the sequence: first_position = the tokens already cached).
-void apply_rope(Tensor& x, const RopeTable& table, int64_t first_position = 0);
+void apply_rope(ExecContext& ctx, Tensor& x, const RopeTable& table, int64_t first_position = 0);
 
 namespace detail {
-// x: [heads, seq, 2*half] row-major.
 // x: [heads, seq, 2*half] row-major; row p rotated by the table's row first_position + p.
 void apply_rope_cpu(float* x, int64_t heads, int64_t seq, int64_t half, const RopeTable& table,
                     int64_t first_position);
