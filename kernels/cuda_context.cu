@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "cublas_api.h"
 #include "cuda_check.h"
 #include "cuda_ops.h"
 
@@ -24,14 +25,14 @@ DeviceContext::DeviceContext(int device_index) : device(device_index) {
                                std::to_string(count) + " present)");
   CKV_CUDA_CHECK(cudaSetDevice(device_index));
   CKV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const cublasStatus_t status = cublasCreate(&blas);
+  const cublasStatus_t status = detail::cublas().create(&blas);
   if (status != CUBLAS_STATUS_SUCCESS) {
     cudaStreamDestroy(stream);
     detail::throw_cublas_error(status, "cublasCreate(&blas)", __FILE__, __LINE__);
   }
-  const cublasStatus_t bound = cublasSetStream(blas, stream);
+  const cublasStatus_t bound = detail::cublas().set_stream(blas, stream);
   if (bound != CUBLAS_STATUS_SUCCESS) {  // the destructor does not run for a throwing constructor
-    cublasDestroy(blas);
+    detail::cublas().destroy(blas);
     cudaStreamDestroy(stream);
     detail::throw_cublas_error(bound, "cublasSetStream(blas, stream)", __FILE__, __LINE__);
   }
@@ -44,7 +45,7 @@ DeviceContext::~DeviceContext() {
   weights.clear();
   vectors.clear();
   for (auto& buffer : workspace) buffer.reset();
-  cublasDestroy(blas);
+  detail::cublas().destroy(blas);
   cudaStreamDestroy(stream);
 }
 
@@ -146,7 +147,7 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
 }
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
-  raise_device_error(std::string("cuBLAS: ") + call + " failed: " + cublasGetStatusString(status) +
+  raise_device_error(std::string("cuBLAS: ") + call + " failed: " + cublas().status_string(status) +
                      " (" + file + ":" + std::to_string(line) + ")");
 }
 

@@ -15,6 +15,7 @@
 // `host`.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "op_math.h"
 
@@ -22,6 +23,11 @@ namespace ckv::cuda {
 
 // True when ckv was built with CUDA and a device is present.
 bool available();
+// Loads cuBLAS as a device context would (on first use, not at program start) and returns
+// the library's own text for CUBLAS_STATUS_SUCCESS (cuBLAS 13: "success"): proof that the loaded
+// library answers, which needs no device. Throws DeviceError (library or symbol missing; built
+// without CUDA).
+std::string cublas_check();
 
 // ---- The per-device context -----------------------------------------------------------
 

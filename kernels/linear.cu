@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <string>
 
+#include "cublas_api.h"
 #include "cuda_check.h"
 #include "cuda_ops.h"
 
@@ -49,9 +50,9 @@ void linear(DeviceContext& context, const float* x, int64_t x_stride, int64_t ro
   const float one = 1.0f, zero = 0.0f;
   if (w.format == op_math::Format::F32) {
     // The stored rows are the float32 [out, in] matrix itself.
-    CKV_CUBLAS_CHECK(cublasSgemm(context.blas, CUBLAS_OP_T, CUBLAS_OP_N, out, m_rows, in, &one,
-                                 reinterpret_cast<const float*>(w.data), in, x, ldx, &zero, y,
-                                 ldy));
+    CKV_CUBLAS_CHECK(detail::cublas().sgemm(context.blas, CUBLAS_OP_T, CUBLAS_OP_N, out, m_rows, in,
+                                            &one, reinterpret_cast<const float*>(w.data), in, x,
+                                            ldx, &zero, y, ldy));
   } else {
     const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(w.rows, kTileFloats / w.cols));
     float* tile =
@@ -59,8 +60,9 @@ void linear(DeviceContext& context, const float* x, int64_t x_stride, int64_t ro
     for (int64_t c0 = 0; c0 < w.rows; c0 += chunk) {
       const int64_t count = std::min(chunk, w.rows - c0);
       dequantize_rows(w, c0, count, tile, context.stream);
-      CKV_CUBLAS_CHECK(cublasSgemm(context.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(count),
-                                   m_rows, in, &one, tile, in, x, ldx, &zero, y + c0, ldy));
+      CKV_CUBLAS_CHECK(detail::cublas().sgemm(context.blas, CUBLAS_OP_T, CUBLAS_OP_N,
+                                              static_cast<int>(count), m_rows, in, &one, tile, in,
+                                              x, ldx, &zero, y + c0, ldy));
     }
   }
   if (bias != nullptr) {

@@ -16,6 +16,9 @@ namespace {
 bool available() {
   return false;
 }
+std::string cublas_check() {
+  no_cuda("cublas_check");
+}
 
 class DeviceContext {};
 DeviceContext* create_context(int) {

@@ -4,6 +4,9 @@
 // a GPU run adds these. A build or machine without CUDA still checks the typed error.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <string>
+
 #include <random>
 
 #include "core/error.h"
@@ -60,6 +63,29 @@ TEST(CudaContext, ReportsMissingCudaAsATypedError) {
   if (cuda::available()) GTEST_SKIP() << "a CUDA device is present";
   // One `ckv: error:` line, whether nvcc was absent or the device is.
   EXPECT_THROW(ExecContext({.device = Device::CUDA}), DeviceError);
+}
+
+// cuBLAS is loaded when a device context first needs it, not at program start (a CUDA build
+// that runs on the CPU would carry libcublas + libcublasLt: +216 MiB RSS, +0.1 s per command).
+bool cublas_mapped() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find("libcublas") != std::string::npos) return true;
+  return false;
+}
+
+TEST(CudaContext, CublasIsLoadedOnFirstUseOnly) {
+#if defined(CKV_HAVE_CUDA)
+  if (!cuda::available()) {
+    EXPECT_FALSE(cublas_mapped());  // no test before this one had a device context
+  }
+  EXPECT_FALSE(cuda::cublas_check().empty());  // the library answers ("success"), no device needed
+  EXPECT_TRUE(cublas_mapped());
+#else
+  EXPECT_THROW(cuda::cublas_check(), DeviceError);
+  EXPECT_FALSE(cublas_mapped());
+#endif
 }
 
 TEST_F(CudaOps, ContextIsTheDevice) {
