@@ -50,27 +50,7 @@ double relative_error(std::span<const float> a, std::span<const float> b) {
   return scale == 0 ? worst : worst / scale;
 }
 
-op_math::Format format_of(DType t) {
-  switch (t) {
-    case DType::F32:
-      return op_math::Format::F32;
-    case DType::F16:
-      return op_math::Format::F16;
-    case DType::BF16:
-      return op_math::Format::BF16;
-    case DType::Q8_0:
-      return op_math::Format::Q8_0;
-    case DType::Q4_0:
-      return op_math::Format::Q4_0;
-    case DType::Q4_1:
-      return op_math::Format::Q4_1;
-    case DType::Q4_K:
-      return op_math::Format::Q4_K;
-    case DType::Q6_K:
-      return op_math::Format::Q6_K;
-  }
-  return op_math::Format::F32;
-}
+using detail::format_of;  // lib/ops/device_path.h
 
 TEST(OpMath, HalfToFloatEqualsTheLibraryForEveryBitPattern) {
   for (uint32_t h = 0; h < 65536; ++h) {

@@ -26,6 +26,22 @@ cuda::DeviceContext& device_of(ExecContext& ctx) {
   return *ctx.cuda();
 }
 
+
+// Host floats [n] into workspace slot `slot`.
+float* stage(cuda::DeviceContext& dc, int slot, const float* host, int64_t n) {
+  float* device = cuda::workspace(dc, slot, static_cast<size_t>(n));
+  cuda::copy_to_device(dc, device, host, static_cast<size_t>(n) * sizeof(float));
+  return device;
+}
+
+// Device floats [n] back to the host, waiting for the stream (and so for the kernels).
+void collect(cuda::DeviceContext& dc, float* host, const float* device, int64_t n) {
+  cuda::copy_to_host(dc, host, device, static_cast<size_t>(n) * sizeof(float));
+  cuda::synchronize(dc);
+}
+
+}  // namespace
+
 op_math::Format format_of(DType t) {
   switch (t) {
     case DType::F32:
@@ -47,21 +63,6 @@ op_math::Format format_of(DType t) {
   }
   fail<UnsupportedError>("no CUDA format for dtype {}", dtype_name(t));
 }
-
-// Host floats [n] into workspace slot `slot`.
-float* stage(cuda::DeviceContext& dc, int slot, const float* host, int64_t n) {
-  float* device = cuda::workspace(dc, slot, static_cast<size_t>(n));
-  cuda::copy_to_device(dc, device, host, static_cast<size_t>(n) * sizeof(float));
-  return device;
-}
-
-// Device floats [n] back to the host, waiting for the stream (and so for the kernels).
-void collect(cuda::DeviceContext& dc, float* host, const float* device, int64_t n) {
-  cuda::copy_to_host(dc, host, device, static_cast<size_t>(n) * sizeof(float));
-  cuda::synchronize(dc);
-}
-
-}  // namespace
 
 const cuda::DeviceWeight& resident_weight(ExecContext& ctx, const WeightMatrix& w) {
   cuda::DeviceContext& dc = device_of(ctx);
