@@ -9,19 +9,12 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "ops/attention.h"
+#include "random_blocks.h"
 
 namespace ckv {
 namespace {
 
 constexpr int64_t kHeads = 6, kKvHeads = 2, kSeq = 45, kDHead = 8;
-
-Tensor random_tensor(std::vector<int64_t> shape, uint32_t seed) {
-  Tensor t(std::move(shape));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (float& x : t.span()) x = dist(rng);
-  return t;
-}
 
 struct Qkv {
   Tensor q = random_tensor({kHeads, kSeq, kDHead}, 1);

@@ -22,17 +22,11 @@
 namespace ckv {
 namespace {
 
+constexpr float kScale = 2.0f;  // the inputs' spread where a test names none
+
 // fp32 on both sides; the GPU's reduction order differs from Eigen's, so the tolerance is
 // relative to the output's largest magnitude (STYLE.md: fp32 around 1e-5 relative).
 constexpr double kFp32RelTolerance = 1e-5;
-
-Tensor random_tensor(std::vector<int64_t> shape, uint32_t seed, float scale = 2.0f) {
-  Tensor t(std::move(shape));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  for (float& x : t.span()) x = dist(rng);
-  return t;
-}
 
 double relative_error(const Tensor& gpu, const Tensor& cpu) {
   double scale = 0, worst = 0;
@@ -96,7 +90,7 @@ TEST_F(CudaOps, ContextIsTheDevice) {
 TEST_F(CudaOps, RmsNormMatchesCpu) {
   // Widths below, at and above the block size, one not a multiple of the warp size.
   for (int64_t cols : {7, 256, 576, 4099}) {
-    const Tensor x = random_tensor({33, cols}, 1), w = random_tensor({cols}, 2);
+    const Tensor x = random_tensor({33, cols}, 1, kScale), w = random_tensor({cols}, 2, kScale);
     Tensor cpu, gpu;
     rms_norm(cpu_, x, w, 1e-5f, cpu);
     rms_norm(fresh_gpu(), x, w, 1e-5f, gpu);
@@ -110,7 +104,7 @@ TEST_F(CudaOps, RopeMatchesCpu) {
     inv_freq[i] = std::pow(10000.0f, -static_cast<float>(i) / 32.0f);
   const RopeTable table = make_rope_table(inv_freq, 300);
   for (int64_t first : {0, 117}) {
-    Tensor cpu = random_tensor({3, 150, 64}, 3), gpu = cpu;
+    Tensor cpu = random_tensor({3, 150, 64}, 3, kScale), gpu = cpu;
     apply_rope(cpu_, cpu, table, first);
     apply_rope(*gpu_, gpu, table, first);
     EXPECT_LE(relative_error(gpu, cpu), kFp32RelTolerance) << first;
@@ -119,7 +113,7 @@ TEST_F(CudaOps, RopeMatchesCpu) {
 
 TEST_F(CudaOps, SiluMulMatchesCpu) {
   Tensor cpu = random_tensor({70, 300}, 4, 6.0f), gpu = cpu;
-  const Tensor up = random_tensor({70, 300}, 5);
+  const Tensor up = random_tensor({70, 300}, 5, kScale);
   silu_mul(cpu_, cpu, up);
   silu_mul(*gpu_, gpu, up);
   EXPECT_LE(relative_error(gpu, cpu), kFp32RelTolerance);
@@ -137,9 +131,9 @@ TEST_F(CudaOps, LinearMatchesCpuInEveryStoredDtypeWithBiasAndRowMap) {
     for (int64_t r = 0; r < out; ++r)
       map[static_cast<size_t>(r)] = static_cast<int32_t>((r * 7) % out);
     w.set_row_map(map);
-    const Tensor bias = random_tensor({out}, 7);
+    const Tensor bias = random_tensor({out}, 7, kScale);
     for (int64_t rows : {1, 5, 130}) {
-      const Tensor x = random_tensor({rows, in}, 8);
+      const Tensor x = random_tensor({rows, in}, 8, kScale);
       Tensor cpu, gpu;
       linear(cpu_, x, w, bias, cpu);
       linear(gpu_ctx, x, w, bias, gpu);
@@ -149,7 +143,7 @@ TEST_F(CudaOps, LinearMatchesCpuInEveryStoredDtypeWithBiasAndRowMap) {
 }
 
 TEST_F(CudaOps, GatedMlpMatchesCpu) {
-  const Tensor x = random_tensor({40, 64}, 9), g = random_tensor({96, 64}, 10, 0.3f),
+  const Tensor x = random_tensor({40, 64}, 9, kScale), g = random_tensor({96, 64}, 10, 0.3f),
                u = random_tensor({96, 64}, 11, 0.3f), d = random_tensor({64, 96}, 12, 0.3f);
   Tensor cpu, gpu;
   gated_mlp(cpu_, x, g, u, d, cpu);
@@ -161,7 +155,7 @@ TEST_F(CudaOps, CausalAttentionWithMaskMatchesCpu) {
   const int64_t n_head = 6, n_kv_head = 2, seq = 77, d_head = 64;
   const Tensor q = random_tensor({n_head, seq, d_head}, 13, 0.5f),
                k = random_tensor({n_kv_head, seq, d_head}, 14, 0.5f),
-               v = random_tensor({n_kv_head, seq, d_head}, 15);
+               v = random_tensor({n_kv_head, seq, d_head}, 15, kScale);
   std::vector<AttentionMaskSpan> mask{
       {.kv_head = 1, .q_begin = 10, .q_end = seq, .keys = {0, 3, 9}},
       {.kv_head = 0, .q_begin = 0, .q_end = 1, .keys = {0}},  // row 0 sees nothing

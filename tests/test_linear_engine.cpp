@@ -33,14 +33,6 @@ namespace fs = std::filesystem;
 constexpr double kF32Unit = 0x1p-24;  // float32 unit roundoff
 constexpr double kBf16Unit = 0x1p-8;  // bfloat16 unit roundoff: 8 significant bits, nearest even
 
-Tensor random_rows(int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  Tensor x({rows, cols});
-  for (float& v : x.span()) v = n(rng);
-  return x;
-}
-
 bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float p, float q) {
            return std::bit_cast<uint32_t>(p) == std::bit_cast<uint32_t>(q);
@@ -104,8 +96,8 @@ TEST(LinearEngine, WithinTheRoundingOfEachComputeDtype) {
       const int64_t in = cols_of(t);
       const std::vector<uint8_t> bytes = random_blocks(t, out, in, 41);
       const WeightMatrix w = WeightMatrix::view(t, out, in, bytes, nullptr);
-      const Tensor dense = w.to_f32(), bias = random_rows(1, out, 42),
-                   x = random_rows(rows, in, 43);
+      const Tensor dense = w.to_f32(), bias = random_tensor({1, out}, 42),
+                   x = random_tensor({rows, in}, 43);
       std::vector<float> y(static_cast<size_t>(rows * out));
       detail::linear_tiled_cpu(x.data(), in, w, bias.data(), y.data(), out, rows, pool, compute);
       double beyond_f32_sum = 0;  // the largest |y - exact| in units of the float32 sum's bound
@@ -152,7 +144,7 @@ TEST(LinearEngine, TiledPathIndependentOfThreadsBitForBit) {
       const int64_t in = cols_of(t), out = 600;
       const std::vector<uint8_t> bytes = random_blocks(t, out, in, 51);
       const WeightMatrix w = WeightMatrix::view(t, out, in, bytes, nullptr);
-      const Tensor x = random_rows(300, in, 52), bias = random_rows(1, out, 53);
+      const Tensor x = random_tensor({300, in}, 52), bias = random_tensor({1, out}, 53);
       for (const int64_t rows : {int64_t{1}, int64_t{9}, int64_t{300}}) {
         SCOPED_TRACE(rows);
         Tensor y1, y2, y3;
@@ -172,8 +164,8 @@ TEST(LinearEngine, Bf16OnRoundedValuesIsFloat32OnBf16Inputs) {
   if (!compute_dtype_available(ComputeDType::BF16)) GTEST_SKIP() << "a build without oneDNN";
   const ForcedBf16Kernel forced(Bf16Kernel::SgemmOnRoundedValues);
   const int64_t rows = 23, in = 96, out = 70;
-  Tensor x = random_rows(rows, in, 61);
-  const Tensor w = random_rows(out, in, 62), bias = random_rows(1, out, 63);
+  Tensor x = random_tensor({rows, in}, 61);
+  const Tensor w = random_tensor({out, in}, 62), bias = random_tensor({1, out}, 63);
   // Row rows-2: exact ties (to even: one down, one up), subnormals and a signed zero, whose
   // outputs stay finite, so a wrong rounding shows. Row rows-1: the largest finite float (to
   // infinity in bf16), infinities and NaNs.
@@ -207,7 +199,7 @@ TEST(LinearEngine, Bf16RefusedByABuildWithoutOneDnn) {
   EXPECT_EQ(compute_dtype_available(ComputeDType::BF16), gemm_engine_name() == "onednn");
   if (compute_dtype_available(ComputeDType::BF16))
     GTEST_SKIP() << "this build has oneDNN's bf16 matmul";
-  const Tensor x = random_rows(16, 64, 1), w = random_rows(32, 64, 2);
+  const Tensor x = random_tensor({16, 64}, 1), w = random_tensor({32, 64}, 2);
   // The context refuses it, so no linear layer ever runs in float32 while asked for bf16.
   EXPECT_THROW(ExecContext({.threads = 1, .compute = ComputeDType::BF16}), UsageError);
   const Model m = load_model(fs::path(CKV_TEST_DATA_DIR) / "models/tiny_llama_gqa");

@@ -20,18 +20,10 @@ namespace {
 
 constexpr double kUnit = 0x1p-24;  // float32 unit roundoff
 
-Tensor random_rows(int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  Tensor x({rows, cols});
-  for (float& v : x.span()) v = n(rng);
-  return x;
-}
-
 bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(),
-                    [](float p, float q) { return std::bit_cast<uint32_t>(p) == std::bit_cast<uint32_t>(q); });
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float p, float q) {
+           return std::bit_cast<uint32_t>(p) == std::bit_cast<uint32_t>(q);
+         });
 }
 
 // Columns per dtype: not a multiple of 64 elements where the dtype allows it, so the
@@ -53,7 +45,7 @@ int64_t test_cols(DType t) {
   return 0;
 }
 
-constexpr DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0,
+constexpr DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
                                DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K};
 
 TEST(LinearFewRows, WithinTheStatedRoundingOfTheFloat32ProductForEveryDtype) {
@@ -69,15 +61,15 @@ TEST(LinearFewRows, WithinTheStatedRoundingOfTheFloat32ProductForEveryDtype) {
     std::shuffle(map.begin(), map.end(), std::mt19937(22));
     w.set_row_map(map);
     const Tensor dense = w.to_f32();
-    const Tensor bias = random_rows(1, out, 23);
+    const Tensor bias = random_tensor({1, out}, 23);
     double worst_ratio = 0;  // max |got - want| / (in * u * sum |x w|) over all outputs
     for (int64_t rows = 1; rows <= kLinearFewRows; ++rows) {
       SCOPED_TRACE(rows);
-      const Tensor x = random_rows(rows, in, static_cast<uint32_t>(24 + rows));
+      const Tensor x = random_tensor({rows, in}, static_cast<uint32_t>(24 + rows));
       std::vector<float> got(static_cast<size_t>(rows * out)), want(got.size());
       detail::linear_few_rows_cpu(x.data(), in, w, bias.data(), got.data(), out, rows, pool);
-      detail::linear_tiled_cpu(x.data(), in, WeightMatrix::borrow(dense), bias.data(), want.data(), out,
-                               rows, pool);
+      detail::linear_tiled_cpu(x.data(), in, WeightMatrix::borrow(dense), bias.data(), want.data(),
+                               out, rows, pool);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t o = 0; o < out; ++o) {
           double exact = bias.data()[o], magnitude = std::abs(bias.data()[o]);
@@ -92,11 +84,13 @@ TEST(LinearFewRows, WithinTheStatedRoundingOfTheFloat32ProductForEveryDtype) {
           const double bound = (in + 1) * kUnit * magnitude;
           EXPECT_LE(std::abs(got[at] - exact), bound) << "row " << r << " out " << o;
           EXPECT_LE(std::abs(double{got[at]} - want[at]), 2 * bound) << "row " << r << " out " << o;
-          worst_ratio = std::max(worst_ratio, std::abs(double{got[at]} - want[at]) / (in * kUnit * magnitude));
+          worst_ratio = std::max(worst_ratio,
+                                 std::abs(double{got[at]} - want[at]) / (in * kUnit * magnitude));
         }
     }
     // How tight the stated bound is in practice (typically far below 1).
-    RecordProperty(std::string("worst_ratio_") + std::string(dtype_name(t)), std::to_string(worst_ratio));
+    RecordProperty(std::string("worst_ratio_") + std::string(dtype_name(t)),
+                   std::to_string(worst_ratio));
   }
 }
 
@@ -109,7 +103,7 @@ TEST(LinearFewRows, IndependentOfThreadsAndOfTheOtherRowsBitForBit) {
     const int64_t in = test_cols(t);
     const std::vector<uint8_t> bytes = random_blocks(t, out, in, 31);
     const WeightMatrix w = WeightMatrix::view(t, out, in, bytes, nullptr);
-    const Tensor x = random_rows(kLinearFewRows, in, 32);
+    const Tensor x = random_tensor({kLinearFewRows, in}, 32);
     for (int64_t rows = 1; rows <= kLinearFewRows; ++rows) {
       SCOPED_TRACE(rows);
       Tensor y1, y2, y5;
@@ -127,8 +121,8 @@ TEST(LinearFewRows, IndependentOfThreadsAndOfTheOtherRowsBitForBit) {
       for (int64_t r = 0; r < rows; ++r) {
         std::vector<float> alone(static_cast<size_t>(out));
         detail::linear_few_rows_cpu(x.data() + r * in, in, w, nullptr, alone.data(), out, 1, five);
-        EXPECT_TRUE(same_bits(alone, std::span<const float>(fused).subspan(static_cast<size_t>(r * out),
-                                                                             static_cast<size_t>(out))));
+        EXPECT_TRUE(same_bits(alone, std::span<const float>(fused).subspan(
+                                         static_cast<size_t>(r * out), static_cast<size_t>(out))));
       }
     }
   }

@@ -32,14 +32,6 @@
 namespace ckv {
 namespace {
 
-Tensor random_tensor(std::vector<int64_t> shape, uint32_t seed, float scale = 1.0f) {
-  Tensor t(std::move(shape));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  for (float& x : t.span()) x = dist(rng);
-  return t;
-}
-
 // max |a - b| / max |b|.
 double relative_error(std::span<const float> a, std::span<const float> b) {
   double scale = 0, worst = 0;

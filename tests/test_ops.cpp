@@ -15,6 +15,7 @@
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
 #include "cuda_ops.h"
+#include "random_blocks.h"
 
 namespace ckv {
 namespace {
@@ -23,14 +24,6 @@ namespace {
 ExecContext& cpu_ctx() {
   static ExecContext ctx;
   return ctx;
-}
-
-Tensor random_tensor(std::vector<int64_t> shape, uint32_t seed, float scale = 1.0f) {
-  Tensor t(std::move(shape));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  for (float& x : t.span()) x = dist(rng);
-  return t;
 }
 
 double max_abs_diff(std::span<const float> a, std::span<const double> b) {

@@ -11,17 +11,10 @@
 #include "analysis/value_norms.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "random_blocks.h"
 
 namespace ckv {
 namespace {
-
-Tensor random_tensor(std::vector<int64_t> shape, uint32_t seed, float scale = 1.0f) {
-  Tensor t(std::move(shape));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  for (float& x : t.span()) x = normal(rng);
-  return t;
-}
 
 // Reference: P_i = sum_j v[g, i, j] * wo[:, h*d + j], then its L1 and L2 norms, in double.
 void reference(const Tensor& v, const Tensor& wo, int64_t n_head, int64_t h, int64_t i,
