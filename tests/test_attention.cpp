@@ -1,5 +1,6 @@
 // Blocked causal attention against a direct softmax in double, with GQA, recorded rows,
-// masks, block sizes and thread counts.
+// masks, block sizes and thread counts; the kernel's tile paths (head widths that are and are
+// not whole vectors, rows and keys that do not fill a tile) and attention over a KV cache.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -163,6 +164,96 @@ TEST(Attention, FullyMaskedRowAttendsToNothingAndBadInputThrows) {
   params.mask = {};
   params.prob_rows = bad_rows;
   EXPECT_THROW(causal_attention(pool, t.q, t.k, t.v, out, params), InputError);
+}
+
+// The kernel at head widths that exercise each of its column paths (vectors of 16 floats
+// with AVX-512: 8 is the scalar tail alone, 24 one vector and a tail, 64 the 4-vector tile,
+// 80 both tiles) and a length (75) that fills neither a logits tile (8 rows x 32 keys) nor a
+// value tile, against attention in double.
+TEST(AttentionKernel, EveryTilePathMatchesDirectSoftmax) {
+  constexpr int64_t heads = 4, kv_heads = 2, seq = 75;
+  for (int64_t d : {8, 24, 64, 80}) {
+    const Tensor q = random_tensor({heads, seq, d}, 11), k = random_tensor({kv_heads, seq, d}, 12),
+                 v = random_tensor({kv_heads, seq, d}, 13);
+    ExecContext two({.threads = 2});
+    Tensor out;
+    AttentionParams params;
+    params.query_block = 64;
+    causal_attention(two, q, k, v, out, params);
+    double worst = 0;
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t row = 0; row < seq; ++row) {
+        const int64_t g = h / (heads / kv_heads);
+        std::vector<double> logit(static_cast<size_t>(row + 1));
+        double max = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= row; ++j) {
+          double dot = 0;
+          for (int64_t c = 0; c < d; ++c)
+            dot += double{q.data()[(h * seq + row) * d + c]} * k.data()[(g * seq + j) * d + c];
+          logit[static_cast<size_t>(j)] = dot / std::sqrt(double(d));
+          max = std::max(max, logit[static_cast<size_t>(j)]);
+        }
+        for (double& x : logit) sum += x = std::exp(x - max);
+        for (int64_t c = 0; c < d; ++c) {
+          double o = 0;
+          for (int64_t j = 0; j <= row; ++j)
+            o += logit[static_cast<size_t>(j)] / sum * v.data()[(g * seq + j) * d + c];
+          worst = std::max(worst, std::abs(out.data()[row * heads * d + h * d + c] - o));
+        }
+      }
+    EXPECT_LT(worst, 2e-6) << "d_head " << d;
+    // A row's arithmetic depends on its position only: any block size, any pool, same bits.
+    ExecContext one({.threads = 1});
+    for (int64_t block : {1, 5, 16, 75}) {
+      Tensor other;
+      params.query_block = block;
+      causal_attention(one, q, k, v, other, params);
+      EXPECT_EQ(out.storage(), other.storage()) << "d_head " << d << ", block " << block;
+    }
+  }
+}
+
+// Prefill into a cache that holds every position is causal attention, bit for bit; a cache
+// that evicted entries equals causal attention with those keys masked, for the rows after
+// them.
+TEST(AttentionKernel, CachedEqualsCausal) {
+  const Qkv t;
+  ExecContext pool({.threads = 2});
+  Tensor want, got;
+  AttentionParams params;
+  causal_attention(pool, t.q, t.k, t.v, want, params);
+  std::vector<int64_t> positions(kSeq);
+  for (int64_t i = 0; i < kSeq; ++i) positions[static_cast<size_t>(i)] = i;
+  std::vector<KvHeadView> heads;
+  for (int64_t g = 0; g < kKvHeads; ++g)
+    heads.push_back({t.k.data() + g * kSeq * kDHead, t.v.data() + g * kSeq * kDHead, positions.data(), kSeq});
+  cached_attention(pool, t.q, positions, heads, got, 16);
+  EXPECT_EQ(want.storage(), got.storage());
+
+  // KV head 1 keeps positions other than {0, 3, 21, 30}; queries are rows 31..44.
+  const std::set<int64_t> evicted{0, 3, 21, 30};
+  std::vector<int64_t> kept;
+  for (int64_t i = 0; i < kSeq; ++i)
+    if (!evicted.contains(i)) kept.push_back(i);
+  Tensor k1({static_cast<int64_t>(kept.size()), kDHead}), v1(k1.shape());
+  for (size_t i = 0; i < kept.size(); ++i)
+    for (int64_t c = 0; c < kDHead; ++c) {
+      k1.data()[static_cast<int64_t>(i) * kDHead + c] = t.k.data()[(kSeq + kept[i]) * kDHead + c];
+      v1.data()[static_cast<int64_t>(i) * kDHead + c] = t.v.data()[(kSeq + kept[i]) * kDHead + c];
+    }
+  heads[1] = {k1.data(), v1.data(), kept.data(), static_cast<int64_t>(kept.size())};
+  constexpr int64_t first = 31, rows = kSeq - first;
+  Tensor q_tail({kHeads, rows, kDHead});
+  for (int64_t h = 0; h < kHeads; ++h)
+    std::copy_n(t.q.data() + (h * kSeq + first) * kDHead, rows * kDHead, q_tail.data() + h * rows * kDHead);
+  cached_attention(pool, q_tail, std::span(positions).subspan(first), heads, got, 4);
+  std::vector<AttentionMaskSpan> mask{{1, first, kSeq, {evicted.begin(), evicted.end()}}};
+  params.mask = mask;
+  causal_attention(pool, t.q, t.k, t.v, want, params);
+  double worst = 0;
+  for (int64_t i = 0; i < rows * kHeads * kDHead; ++i)
+    worst = std::max(worst, double{std::abs(got.data()[i] - want.data()[(first * kHeads * kDHead) + i])});
+  EXPECT_LT(worst, 1e-6);
 }
 
 }  // namespace

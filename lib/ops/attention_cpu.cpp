@@ -1,40 +1,250 @@
+// The CPU attention kernel: for one query head and one block of query rows, the logits
+// against the keys each row sees, an fp32 softmax per row, and the product with the values,
+// in one pass over a block-sized scratch and with no GEMM packing.
+//
+// The keys of a KV head are transposed once per call into K^T [d_head, keys] (shared by the
+// group's query heads and every block), so a tile of logits is kScoreRows query rows times
+// kScorePackets vectors of keys, accumulated over d_head with one broadcast and one FMA per
+// element. The value product reads V rows as they are stored: kValueRows rows of
+// probabilities times up to kValuePackets vectors of an output row. Written on Eigen's packet
+// primitives (the widest vector of the build: 16 floats with AVX-512, 4 with SSE).
+//
+// Arithmetic fixed by position alone, so results do not depend on the block size, the thread
+// count or the address of a buffer: a logit is the FMA chain over d_head in order, times the
+// scale; a row's softmax takes the max, exp(x - max) with Eigen's vectorised exp, and the sum
+// in kLanes interleaved lanes, then the lanes in order; an output element is the FMA
+// chain of unnormalised probabilities times values over the keys in order, divided by the row's
+// sum. Entries after a row's last visible key are exact zeros, so a tile that spans longer
+// rows adds only +0 to a shorter row's sums.
+#include <Eigen/Core>
 #include <cmath>
 
 #include "core/thread_pool.h"
 #include "ops/attention.h"
-#include "ops/reduce.h"
 
 namespace ckv::detail {
 
 namespace {
 
+namespace ei = Eigen::internal;
+using Packet = ei::packet_traits<float>::type;
+constexpr int64_t kLanes = sizeof(Packet) / sizeof(float);
+constexpr int kScoreRows = 8;       // query rows per logits tile
+constexpr int kScorePackets = 2;    // key vectors per logits tile
+constexpr int kValueRows = 4;       // probability rows per value tile
+constexpr int kValuePackets = 4;    // output vectors per value tile
+constexpr int64_t kValueKeys = 64;  // keys per value chunk (their V rows stay in L1)
+constexpr int64_t kKeyTile = kScorePackets * kLanes;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Adds the mask spans of KV head `kv_head` to scores [rows, keys] of query rows [r0, r1).
-void add_mask(RowMatrix& scores, int64_t kv_head, int64_t r0, int64_t r1,
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// The lanes of a vector summed in lane order (Eigen's predux trips GCC 12's bug 105593).
+float sum_lanes(const Packet& p) {
+  float lanes[kLanes];
+  ei::pstoreu(lanes, p);
+  float total = 0.0f;
+  for (float x : lanes) total += x;
+  return total;
+}
+
+float max_lanes(const Packet& p) {
+  float lanes[kLanes];
+  ei::pstoreu(lanes, p);
+  float max = lanes[0];
+  for (float x : lanes) max = std::max(max, x);
+  return max;
+}
+
+// Keys [j0, j1) of k: [keys, d] row-major -> those columns of kt: [d, stride], zeros for the
+// columns at or after `keys`.
+void transpose_keys(const float* k, int64_t keys, int64_t d, int64_t j0, int64_t j1, float* kt, int64_t stride) {
+  for (int64_t c = 0; c < d; ++c) {
+    float* row = kt + c * stride;
+    for (int64_t j = j0; j < std::min(j1, keys); ++j) row[j] = k[j * d + c];
+    for (int64_t j = std::max(j0, keys); j < j1; ++j) row[j] = 0.0f;
+  }
+}
+
+// s[r, j0 + ...] = scale * sum_c q[r, c] kt[c, j0 + ...] for R query rows and the kKeyTile
+// keys from j0.
+template <int R>
+void score_tile(const float* q, int64_t d, const float* kt, int64_t kt_stride, int64_t j0, float scale,
+                float* s, int64_t s_stride) {
+  Packet acc[R][kScorePackets];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < kScorePackets; ++p) acc[r][p] = ei::pset1<Packet>(0.0f);
+  const float* b = kt + j0;
+  for (int64_t c = 0; c < d; ++c, b += kt_stride) {
+    Packet bp[kScorePackets];
+    for (int p = 0; p < kScorePackets; ++p) bp[p] = ei::ploadu<Packet>(b + p * kLanes);
+    for (int r = 0; r < R; ++r) {
+      const Packet a = ei::pset1<Packet>(q[r * d + c]);
+      for (int p = 0; p < kScorePackets; ++p) acc[r][p] = ei::pmadd(a, bp[p], acc[r][p]);
+    }
+  }
+  const Packet vscale = ei::pset1<Packet>(scale);
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < kScorePackets; ++p)
+      ei::pstoreu(s + r * s_stride + j0 + p * kLanes, ei::pmul(acc[r][p], vscale));
+}
+
+// Softmax numerators of row s[0, n) in place (exp(x - max)), zeros in [n, zero_to); returns
+// their sum, 0 when every key is masked (-inf), and then the row is all zeros. The row must
+// have room up to round_up(n, kLanes).
+float softmax_numerators(float* s, int64_t n, int64_t zero_to) {
+  const int64_t full = n / kLanes * kLanes, end = round_up(n, kLanes);
+  Packet vmax = ei::pset1<Packet>(kNegInf);
+  for (int64_t j = 0; j < full; j += kLanes) vmax = ei::pmax(vmax, ei::ploadu<Packet>(s + j));
+  float max = max_lanes(vmax);
+  for (int64_t j = full; j < n; ++j) max = std::max(max, s[j]);
+  if (max == kNegInf) {
+    std::fill(s, s + std::max(zero_to, end), 0.0f);
+    return 0.0f;
+  }
+  std::fill(s + n, s + end, kNegInf);  // exp gives exact zeros in the last vector's tail
+  const Packet shift = ei::pset1<Packet>(max);
+  Packet sum = ei::pset1<Packet>(0.0f);
+  for (int64_t j = 0; j < end; j += kLanes) {
+    const Packet e = ei::pexp(ei::psub(ei::ploadu<Packet>(s + j), shift));
+    ei::pstoreu(s + j, e);
+    sum = ei::padd(sum, e);
+  }
+  if (zero_to > end) std::fill(s + end, s + zero_to, 0.0f);
+  return sum_lanes(sum);
+}
+
+// out[r, c0 + ...] += sum_{j0 <= j < j1} p[r, j] v[j, c0 + ...] for R rows and P vectors of
+// columns, the running sums kept in out (set to 0 first when j0 is 0).
+template <int R, int P>
+void value_tile(const float* p, int64_t p_stride, int64_t j0, int64_t j1, const float* v, int64_t d, int64_t c0,
+                float* out, int64_t out_stride) {
+  Packet acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < P; ++c)
+      acc[r][c] = j0 == 0 ? ei::pset1<Packet>(0.0f) : ei::ploadu<Packet>(out + r * out_stride + c0 + c * kLanes);
+  const float* vj = v + j0 * d + c0;
+  for (int64_t j = j0; j < j1; ++j, vj += d) {
+    Packet b[P];
+    for (int c = 0; c < P; ++c) b[c] = ei::ploadu<Packet>(vj + c * kLanes);
+    for (int r = 0; r < R; ++r) {
+      const Packet a = ei::pset1<Packet>(p[r * p_stride + j]);
+      for (int c = 0; c < P; ++c) acc[r][c] = ei::pmadd(a, b[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < P; ++c) ei::pstoreu(out + r * out_stride + c0 + c * kLanes, acc[r][c]);
+}
+
+// The columns of d that are not a whole vector: the same FMA chain, one element at a time.
+template <int R>
+void value_tail(const float* p, int64_t p_stride, int64_t j0, int64_t j1, const float* v, int64_t d, int64_t c0,
+                float* out, int64_t out_stride) {
+  for (int r = 0; r < R; ++r)
+    for (int64_t c = c0; c < d; ++c) {
+      float acc = j0 == 0 ? 0.0f : out[r * out_stride + c];
+      for (int64_t j = j0; j < j1; ++j) acc = std::fma(p[r * p_stride + j], v[j * d + c], acc);
+      out[r * out_stride + c] = acc;
+    }
+}
+
+template <int R>
+void value_rows(const float* p, int64_t p_stride, int64_t j0, int64_t j1, const float* v, int64_t d, float* out,
+                int64_t out_stride) {
+  constexpr int64_t kWide = kValuePackets * kLanes;
+  int64_t c0 = 0;
+  for (; c0 + kWide <= d; c0 += kWide)
+    value_tile<R, kValuePackets>(p, p_stride, j0, j1, v, d, c0, out, out_stride);
+  for (; c0 + kLanes <= d; c0 += kLanes) value_tile<R, 1>(p, p_stride, j0, j1, v, d, c0, out, out_stride);
+  if (c0 < d) value_tail<R>(p, p_stride, j0, j1, v, d, c0, out, out_stride);
+}
+
+// What one block of query rows of one head attends to.
+struct Block {
+  const float* q;        // [rows, d]
+  int64_t rows, d;
+  const float* kt;       // K^T of the KV head, [d, kt_stride]
+  int64_t kt_stride;
+  const float* v;        // [keys, d]
+  const int64_t* visible;  // [rows], nondecreasing: row i attends to keys [0, visible[i])
+  float scale;
+  float* out;            // [rows, out_stride], d columns written
+  int64_t out_stride;
+};
+
+// Logits -> (edit, e.g. a mask) -> softmax numerators -> (each row with its sum) -> output.
+template <typename EditLogits, typename OnRow>
+void attend_block(const Block& b, EditLogits&& edit_logits, OnRow&& on_row) {
+  const int64_t width = round_up(b.visible[b.rows - 1], kKeyTile);
+  thread_local RowMatrix scratch;  // [rows, width] logits, then numerators
+  thread_local std::vector<float> sums;
+  if (scratch.rows() < b.rows || scratch.cols() < width)
+    scratch.resize(std::max(scratch.rows(), b.rows), std::max(scratch.cols(), width));
+  sums.resize(static_cast<size_t>(b.rows));
+  float* s = scratch.data();
+  const int64_t stride = scratch.cols();
+
+  // Logits one panel of kKeyTile keys at a time (its K^T columns stay in L1 for every row
+  // tile), each row tile up to the last key its last row sees.
+  for (int64_t j0 = 0; j0 < width; j0 += kKeyTile) {
+    int64_t i = 0;
+    for (; i + kScoreRows <= b.rows; i += kScoreRows)
+      if (j0 < b.visible[i + kScoreRows - 1])
+        score_tile<kScoreRows>(b.q + i * b.d, b.d, b.kt, b.kt_stride, j0, b.scale, s + i * stride, stride);
+    for (; i < b.rows; ++i)
+      if (j0 < b.visible[i]) score_tile<1>(b.q + i * b.d, b.d, b.kt, b.kt_stride, j0, b.scale, s + i * stride, stride);
+  }
+  edit_logits(s, stride);
+  const int64_t zero_to = round_up(b.visible[b.rows - 1], kLanes);
+  for (int64_t r = 0; r < b.rows; ++r) {
+    sums[static_cast<size_t>(r)] = softmax_numerators(s + r * stride, b.visible[r], zero_to);
+    on_row(r, s + r * stride, sums[static_cast<size_t>(r)]);
+  }
+  // The value product one chunk of kValueKeys keys at a time (its V rows stay in L1), the
+  // running sums in the output rows, each row tile up to the last key its last row sees.
+  for (int64_t j0 = 0; j0 < b.visible[b.rows - 1]; j0 += kValueKeys) {
+    int64_t i = 0;
+    for (; i + kValueRows <= b.rows; i += kValueRows) {
+      const int64_t j1 = std::min(j0 + kValueKeys, b.visible[i + kValueRows - 1]);
+      if (j0 < j1) value_rows<kValueRows>(s + i * stride, stride, j0, j1, b.v, b.d, b.out + i * b.out_stride, b.out_stride);
+    }
+    for (; i < b.rows; ++i) {
+      const int64_t j1 = std::min(j0 + kValueKeys, b.visible[i]);
+      if (j0 < j1) value_rows<1>(s + i * stride, stride, j0, j1, b.v, b.d, b.out + i * b.out_stride, b.out_stride);
+    }
+  }
+  for (int64_t r = 0; r < b.rows; ++r) {
+    float* o = b.out + r * b.out_stride;
+    const float sum = sums[static_cast<size_t>(r)];
+    for (int64_t c = 0; c < b.d; ++c) o[c] = sum == 0.0f ? 0.0f : o[c] / sum;
+  }
+}
+
+// K^T of every KV head, [n_kv_head][d, stride] (stride a multiple of kKeyTile), one task
+// per head and block of keys.
+RowMatrix transpose_heads(int64_t n_kv_head, int64_t d, int64_t stride, ThreadPool& pool,
+                          const std::function<std::pair<const float*, int64_t>(int64_t)>& keys_of) {
+  constexpr int64_t kKeys = 256;  // keys per task
+  const int64_t blocks = (stride + kKeys - 1) / kKeys;
+  RowMatrix kt(n_kv_head * d, stride);
+  pool.parallel_for(n_kv_head * blocks, [&](int64_t task) {
+    const int64_t g = task / blocks, j0 = task % blocks * kKeys;
+    const auto [k, count] = keys_of(g);
+    transpose_keys(k, count, d, j0, std::min(stride, j0 + kKeys), kt.data() + g * d * stride, stride);
+  });
+  return kt;
+}
+
+// Adds the mask spans of KV head `kv_head` to logits s [rows, stride] of query rows [r0, r1).
+void add_mask(float* s, int64_t stride, int64_t kv_head, int64_t r0, int64_t r1,
               std::span<const AttentionMaskSpan> mask) {
   for (const AttentionMaskSpan& span : mask) {
     if (span.kv_head != kv_head) continue;
     const int64_t begin = std::max(span.q_begin, r0), end = std::min(span.q_end, r1);
     for (int64_t row = begin; row < end; ++row)
       for (int64_t key : span.keys)
-        if (key <= row) scores(row - r0, key) += span.value;  // later keys are causal -inf
+        if (key <= row) s[(row - r0) * stride + key] += span.value;  // later keys are causal -inf
   }
-}
-
-// Softmax of scores(i, 0..pos) in place, in fp32; entries after pos (up to `keys`) become 0.
-// Rows start 64-byte aligned and only the causal prefix is summed, in a fixed order, so a
-// row's probabilities do not depend on the block it is in or on the thread.
-void softmax_causal_row(RowMatrix& scores, int64_t i, int64_t pos, int64_t keys) {
-  auto valid = scores.row(i).head(pos + 1).array();
-  const float max = valid.maxCoeff();
-  if (max == kNegInf) {
-    valid.setZero();  // every key masked: attend to nothing
-  } else {
-    valid = (valid - max).exp();
-    valid /= sum_fixed_order(&scores(i, 0), pos + 1);
-  }
-  scores.row(i).segment(pos + 1, keys - pos - 1).setZero();
 }
 
 }  // namespace
@@ -43,79 +253,80 @@ void causal_attention_cpu(const float* q, const float* k, const float* v, float*
                           const AttentionShape& shape, const AttentionParams& params,
                           std::span<const int64_t> prob_slot, ThreadPool& pool) {
   // Plain copies, not structured bindings: lambdas below capture them (clang 14).
-  const int64_t n_head = shape.n_head, n_kv_head = shape.n_kv_head;
-  const int64_t seq = shape.seq, d_head = shape.d_head;
-  const int64_t group = n_head / n_kv_head;
+  const int64_t n_head = shape.n_head, seq = shape.seq, d = shape.d_head;
+  const int64_t group = n_head / shape.n_kv_head;
   const int64_t block = params.query_block;
   const int64_t n_blocks = (seq + block - 1) / block;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
-  const int64_t out_stride = n_head * d_head;
+  const int64_t kt_stride = round_up(seq, kKeyTile);
   const int64_t r_probs = static_cast<int64_t>(params.prob_rows.size());
-  using Stride = Eigen::OuterStride<>;
+  const RowMatrix kt = transpose_heads(shape.n_kv_head, d, kt_stride, pool, [&](int64_t g) {
+    return std::pair{k + g * seq * d, seq};
+  });
+  std::vector<int64_t> positions(static_cast<size_t>(seq));  // row i sees keys [0, i]
+  for (int64_t i = 0; i < seq; ++i) positions[static_cast<size_t>(i)] = i + 1;
 
   // Later blocks see more keys and cost more, so they are handed out first.
   pool.parallel_for(n_head * n_blocks, [&](int64_t task) {
     const int64_t b = n_blocks - 1 - task / n_head, h = task % n_head, g = h / group;
-    const int64_t r0 = b * block, r1 = std::min(seq, r0 + block), rows = r1 - r0;
-    const ConstMatrixMap q_block(q + (h * seq + r0) * d_head, rows, d_head);  // [rows, d_head]
-    const ConstMatrixMap k_head(k + g * seq * d_head, r1, d_head);            // [r1, d_head]
-    const ConstMatrixMap v_head(v + g * seq * d_head, r1, d_head);            // [r1, d_head]
-
-    // [rows, >= r1]: one block of logits, then probabilities. The row length is padded to
-    // 16 floats so every row starts aligned (see softmax_causal_row).
-    thread_local RowMatrix scores;
-    scores.resize(rows, (r1 + 15) / 16 * 16);
-    auto logits = scores.leftCols(r1);  // [rows, r1]
-    logits.noalias() = q_block * k_head.transpose();
-    logits *= scale;
-    if (!params.mask.empty()) add_mask(scores, g, r0, r1, params.mask);
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t pos = r0 + i;
-      softmax_causal_row(scores, i, pos, r1);
-      if (r_probs > 0 && prob_slot[static_cast<size_t>(pos)] >= 0) {
-        float* dst =
-            params.probs->data() + (h * r_probs + prob_slot[static_cast<size_t>(pos)]) * seq;
-        Eigen::Map<Eigen::RowVectorXf>(dst, seq).setZero();
-        Eigen::Map<Eigen::RowVectorXf>(dst, pos + 1) = scores.row(i).head(pos + 1);
-      }
-    }
-    Eigen::Map<RowMatrix, 0, Stride> out_block(out + r0 * out_stride + h * d_head, rows, d_head,
-                                               Stride(out_stride));  // [rows, d_head]
-    out_block.noalias() = logits * v_head;
+    const int64_t r0 = b * block, r1 = std::min(seq, r0 + block);
+    const Block blk{.q = q + (h * seq + r0) * d,
+                    .rows = r1 - r0,
+                    .d = d,
+                    .kt = kt.data() + g * d * kt_stride,
+                    .kt_stride = kt_stride,
+                    .v = v + g * seq * d,
+                    .visible = positions.data() + r0,
+                    .scale = 1.0f / std::sqrt(static_cast<float>(d)),
+                    .out = out + r0 * n_head * d + h * d,
+                    .out_stride = n_head * d};
+    attend_block(
+        blk,
+        [&](float* s, int64_t stride) {
+          if (!params.mask.empty()) add_mask(s, stride, g, r0, r1, params.mask);
+        },
+        [&](int64_t r, const float* numerators, float sum) {
+          const int64_t pos = r0 + r;
+          if (r_probs == 0 || prob_slot[static_cast<size_t>(pos)] < 0) return;
+          float* dst = params.probs->data() + (h * r_probs + prob_slot[static_cast<size_t>(pos)]) * seq;
+          for (int64_t j = 0; j < seq; ++j) dst[j] = j <= pos && sum != 0.0f ? numerators[j] / sum : 0.0f;
+        });
   });
 }
 
-// One task per (query head, block of rows): the block's logits over the longest visible
-// prefix of its KV head's entries (rows are in increasing position, so the last row sees the
-// most), each row's softmax over its own prefix (softmax_causal_row, so the same arithmetic as
-// causal_attention), then one GEMM with the values. Decoding (one row) is one task per head.
-void cached_attention_cpu(const float* q, int64_t n_head, int64_t rows, int64_t d_head,
+// One task per (query head, block of rows), as causal_attention_cpu, each row over the prefix
+// of its KV head's cached entries that it sees. Decoding (one row) is one task per head.
+void cached_attention_cpu(const float* q, int64_t n_head, int64_t rows, int64_t d,
                           std::span<const KvHeadView> heads, std::span<const int64_t> visible,
                           float* out, int64_t query_block, ThreadPool& pool) {
   const auto n_kv_head = static_cast<int64_t>(heads.size());
   const int64_t group = n_head / n_kv_head;
   const int64_t n_blocks = (rows + query_block - 1) / query_block;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
-  const int64_t out_stride = n_head * d_head;
-  using Stride = Eigen::OuterStride<>;
+  int64_t longest = 0;
+  for (const KvHeadView& h : heads) longest = std::max(longest, h.count);
+  const int64_t kt_stride = round_up(longest, kKeyTile);
+  const RowMatrix kt = transpose_heads(n_kv_head, d, kt_stride, pool, [&](int64_t g) {
+    return std::pair{heads[static_cast<size_t>(g)].k, heads[static_cast<size_t>(g)].count};
+  });
+  // visible is [rows, n_kv_head]; each KV head's column, contiguous.
+  std::vector<int64_t> seen(static_cast<size_t>(n_kv_head * rows));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t g = 0; g < n_kv_head; ++g)
+      seen[static_cast<size_t>(g * rows + i)] = visible[static_cast<size_t>(i * n_kv_head + g)];
+
   pool.parallel_for(n_head * n_blocks, [&](int64_t task) {
     const int64_t b = n_blocks - 1 - task / n_head, h = task % n_head, g = h / group;
-    const int64_t r0 = b * query_block, r1 = std::min(rows, r0 + query_block), n = r1 - r0;
-    const KvHeadView& kv = heads[static_cast<size_t>(g)];
-    const int64_t keys = visible[static_cast<size_t>((r1 - 1) * n_kv_head + g)];
-    const ConstMatrixMap q_block(q + (h * rows + r0) * d_head, n, d_head);  // [n, d_head]
-    const ConstMatrixMap k_head(kv.k, keys, d_head);                        // [keys, d_head]
-    const ConstMatrixMap v_head(kv.v, keys, d_head);                        // [keys, d_head]
-    thread_local RowMatrix scores;
-    scores.resize(n, (keys + 15) / 16 * 16);
-    auto logits = scores.leftCols(keys);  // [n, keys]
-    logits.noalias() = q_block * k_head.transpose();
-    logits *= scale;
-    for (int64_t i = 0; i < n; ++i)
-      softmax_causal_row(scores, i, visible[static_cast<size_t>((r0 + i) * n_kv_head + g)] - 1, keys);
-    Eigen::Map<RowMatrix, 0, Stride> out_block(out + r0 * out_stride + h * d_head, n, d_head,
-                                               Stride(out_stride));  // [n, d_head]
-    out_block.noalias() = logits * v_head;
+    const int64_t r0 = b * query_block, r1 = std::min(rows, r0 + query_block);
+    const Block blk{.q = q + (h * rows + r0) * d,
+                    .rows = r1 - r0,
+                    .d = d,
+                    .kt = kt.data() + g * d * kt_stride,
+                    .kt_stride = kt_stride,
+                    .v = heads[static_cast<size_t>(g)].v,
+                    .visible = seen.data() + g * rows + r0,
+                    .scale = 1.0f / std::sqrt(static_cast<float>(d)),
+                    .out = out + r0 * n_head * d + h * d,
+                    .out_stride = n_head * d};
+    attend_block(blk, [](float*, int64_t) {}, [](int64_t, const float*, float) {});
   });
 }
 
