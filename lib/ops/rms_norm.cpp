@@ -15,7 +15,7 @@ void rms_norm(ExecContext& ctx, const Tensor& x, const Tensor& weight, float eps
     detail::rms_norm_cuda(ctx, x.data(), weight.data(), y.data(), x.numel() / cols, cols, eps);
     return;
   }
-  detail::rms_norm_cpu(x.data(), weight.data(), y.data(), x.numel() / cols, cols, eps);
+  detail::rms_norm_cpu(x.data(), weight.data(), y.data(), x.numel() / cols, cols, eps, ctx.pool());
 }
 
 }  // namespace ckv

@@ -13,7 +13,9 @@ void rms_norm(ExecContext& ctx, const Tensor& x, const Tensor& weight, float eps
 
 namespace detail {
 // x, y: [rows, cols] row-major; w: [cols]. y may equal x.
-void rms_norm_cpu(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps);
+// In blocks of rows over the pool; x may be y.
+void rms_norm_cpu(const float* x, const float* w, float* y, int64_t rows, int64_t cols, float eps,
+                  ThreadPool& pool);
 }  // namespace detail
 
 }  // namespace ckv

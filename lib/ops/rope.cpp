@@ -31,7 +31,7 @@ void apply_rope(ExecContext& ctx, Tensor& x, const RopeTable& table, int64_t fir
     detail::apply_rope_cuda(ctx, x.data(), x.dim(0), x.dim(1), table, first_position);
     return;
   }
-  detail::apply_rope_cpu(x.data(), x.dim(0), x.dim(1), table.half, table, first_position);
+  detail::apply_rope_cpu(x.data(), x.dim(0), x.dim(1), table.half, table, first_position, ctx.pool());
 }
 
 }  // namespace ckv

@@ -28,8 +28,9 @@ void apply_rope(ExecContext& ctx, Tensor& x, const RopeTable& table, int64_t fir
 
 namespace detail {
 // x: [heads, seq, 2*half] row-major; row p rotated by the table's row first_position + p.
+// One task per head and block of rows.
 void apply_rope_cpu(float* x, int64_t heads, int64_t seq, int64_t half, const RopeTable& table,
-                    int64_t first_position);
+                    int64_t first_position, ThreadPool& pool);
 }  // namespace detail
 
 }  // namespace ckv
