@@ -5,6 +5,7 @@
 //  - bf16: within the bound that bf16's 8 significant bits give (below), really rounded
 //    (not float32 in disguise), bit-identical across pool sizes; refused with a UsageError
 //    by a build without oneDNN;
+//  - linear_rows_batch: each weight's linear_rows, bit for bit;
 //  - the default model: logits and every layer bit-identical across --threads 1/2/3 in both
 //    compute dtypes, and bf16 logits within a stated tolerance of float32's.
 #include <gtest/gtest.h>
@@ -155,6 +156,36 @@ TEST(LinearEngine, TiledPathIndependentOfThreadsBitForBit) {
         EXPECT_TRUE(same_bits(y1.span(), y3.span()));
       }
     }
+}
+
+// linear_rows_batch (a layer's q, k and v in one dispatch) gives each weight what
+// linear_rows gives it, bit for bit, on every path: tiled float32 (one parallel_for over all
+// the column chunks), few rows and bf16 (one weight after the other); with and without bias.
+TEST(LinearEngine, BatchEqualsOneCallPerWeightBitForBit) {
+  for (const ComputeCase& c : available_computes()) {
+    SCOPED_TRACE(c.name());
+    const ForcedBf16Kernel forced(c.kernel);
+    ExecContext two({.threads = 2, .compute = c.compute});
+    const int64_t in = 32 * 19;
+    const std::vector<uint8_t> bq = random_blocks(DType::Q4_1, 600, in, 61), bk = random_blocks(DType::Q8_0, 200, in, 62),
+                               bv = random_blocks(DType::F32, 72, in, 63);
+    const WeightMatrix wq = WeightMatrix::view(DType::Q4_1, 600, in, bq, nullptr),
+                       wk = WeightMatrix::view(DType::Q8_0, 200, in, bk, nullptr),
+                       wv = WeightMatrix::view(DType::F32, 72, in, bv, nullptr);
+    const Tensor x = random_tensor({300, in}, 64), bias_q = random_tensor({1, 600}, 65), no_bias;
+    for (const int64_t rows : {int64_t{1}, int64_t{8}, int64_t{9}, int64_t{300}}) {
+      SCOPED_TRACE(rows);
+      Tensor yq, yk, yv, want;
+      const LinearTarget targets[] = {{&wq, &bias_q, &yq}, {&wk, &no_bias, &yk}, {&wv, &no_bias, &yv}};
+      linear_rows_batch(two, x, 0, rows, targets);
+      linear_rows(two, x, 0, rows, wq, bias_q, want);
+      EXPECT_TRUE(same_bits(yq.span(), want.span()));
+      linear_rows(two, x, 0, rows, wk, no_bias, want);
+      EXPECT_TRUE(same_bits(yk.span(), want.span()));
+      linear_rows(two, x, 0, rows, wv, no_bias, want);
+      EXPECT_TRUE(same_bits(yv.span(), want.span()));
+    }
+  }
 }
 
 // Where the CPU has no bf16 instructions, bf16 is float32 sgemm over x and W rounded to bf16

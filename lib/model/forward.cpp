@@ -22,15 +22,30 @@ void expect_shape(const Weight& t, std::vector<int64_t> shape, const std::string
                       fmt::join(shape, ", "));
 }
 
-// x: [count, heads*d_head], rows [begin, begin+count) of the sequence -> those rows of
-// out: [heads, seq, d_head] (the recorded, per-head layout).
-void split_heads(const Tensor& x, int64_t begin, int64_t heads, int64_t d_head, Tensor& out) {
-  const int64_t count = x.dim(0), seq = out.dim(1);
-  for (int64_t h = 0; h < heads; ++h)
+// One projection's rows [begin, begin+count) of the sequence, x: [count, heads*d_head], and
+// where they go: out [heads, seq, d_head] (the recorded, per-head layout).
+struct HeadSplit {
+  const Tensor* x;
+  Tensor* out;
+  int64_t heads;
+};
+
+// Moves each split's rows into its per-head layout, one task per head of any of them.
+void split_heads(ThreadPool& pool, std::span<const HeadSplit> splits, int64_t begin, int64_t d_head) {
+  std::vector<std::pair<const HeadSplit*, int64_t>> tasks;  // (split, head)
+  for (const HeadSplit& split : splits)
+    for (int64_t h = 0; h < split.heads; ++h) tasks.emplace_back(&split, h);
+  pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t t) {
+    const auto [split, h] = tasks[static_cast<size_t>(t)];
+    const int64_t count = split->x->dim(0), seq = split->out->dim(1), width = split->heads * d_head;
     for (int64_t s = 0; s < count; ++s)
-      std::copy_n(x.data() + s * heads * d_head + h * d_head, d_head,
-                  out.data() + (h * seq + begin + s) * d_head);
+      std::copy_n(split->x->data() + s * width + h * d_head, d_head,
+                  split->out->data() + (h * seq + begin + s) * d_head);
+  });
 }
+
+// The rows added per task by add_residual.
+constexpr int64_t kResidualRows = 64;
 
 void ensure_shape(Tensor& t, std::vector<int64_t> shape) {
   if (t.shape() != shape) t = Tensor(std::move(shape));
@@ -138,8 +153,7 @@ void Forward::mlp_block(int64_t layer) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   rms_norm(ctx_, resid_, w.ffn_norm, static_cast<float>(config_.rms_eps), normed_);
   gated_mlp(ctx_, normed_, w.w_gate, w.w_up, w.w_down, block_out_);
-  resid_.matrix() += block_out_.matrix();
-  check_layer_finite(layer);
+  add_residual(layer);
 }
 
 // The logits of resid_'s rows `rows` after the final norm: [r, vocab].
@@ -168,7 +182,7 @@ ForwardResult Forward::run(std::span<const int32_t> tokens, const ForwardRequest
       const bool record = !request.record.empty() && request.record.wants_layer(l);
       rms_norm(ctx_, resid_, w.attn_norm, static_cast<float>(c.rms_eps), normed_);
       attention_block(l, request, record);
-      resid_.matrix() += block_out_.matrix();
+      add_residual(-1);
       mlp_block(l);
       if (record && request.record.residual) request.recorder->on_residual(l, resid_);
     }
@@ -201,7 +215,7 @@ ForwardResult Forward::run_cached(std::span<const int32_t> tokens, KvCache& cach
       const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
       rms_norm(ctx_, resid_, w.attn_norm, static_cast<float>(c.rms_eps), normed_);
       cached_attention_block(l, first, cache, request);
-      resid_.matrix() += block_out_.matrix();
+      add_residual(-1);
       mlp_block(l);
     }
     cache.advance(n);
@@ -214,14 +228,26 @@ ForwardResult Forward::run_cached(std::span<const int32_t> tokens, KvCache& cach
   return logits(rows);
 }
 
-// A NaN or infinity in the residual stream after layer `layer` (weights that overflow, or a
-// damaged model that passed the load checks) fails the pass naming the layer, instead of
-// printing NaN logits and metrics that look ordinary. One pass over [seq, d_model].
-void Forward::check_layer_finite(int64_t layer) const {
-  const int64_t i = first_non_finite(resid_.span());
-  if (i >= 0)
-    fail<FormatError>("forward: non-finite activation after layer {} (residual stream at position {}: {})", layer,
-                      i / config_.d_model, resid_.span()[static_cast<size_t>(i)]);
+// resid_ += block_out_, in row blocks over the pool. With a layer (>= 0), the end of that
+// layer: a NaN or infinity in the residual stream (weights that overflow, or a damaged model
+// that passed the load checks) fails the pass naming the layer, instead of printing NaN
+// logits and metrics that look ordinary. The check reads each block right after its add.
+void Forward::add_residual(int64_t layer) {
+  const int64_t rows = resid_.dim(0), d_model = resid_.dim(1);
+  const int64_t blocks = (rows + kResidualRows - 1) / kResidualRows;
+  std::vector<int64_t> first_bad(static_cast<size_t>(blocks), -1);
+  ctx_.pool().parallel_for(blocks, [&](int64_t b) {
+    const int64_t r0 = b * kResidualRows, n = std::min(kResidualRows, rows - r0);
+    resid_.matrix().middleRows(r0, n) += block_out_.matrix().middleRows(r0, n);
+    if (layer < 0) return;
+    const int64_t i = first_non_finite(resid_.span().subspan(static_cast<size_t>(r0 * d_model),
+                                                             static_cast<size_t>(n * d_model)));
+    if (i >= 0) first_bad[static_cast<size_t>(b)] = r0 * d_model + i;
+  });
+  for (int64_t i : first_bad)
+    if (i >= 0)
+      fail<FormatError>("forward: non-finite activation after layer {} (residual stream at position {}: {})", layer,
+                        i / d_model, resid_.span()[static_cast<size_t>(i)]);
 }
 
 void Forward::project_qkv(int64_t layer, int64_t first_position) {
@@ -235,12 +261,12 @@ void Forward::project_qkv(int64_t layer, int64_t first_position) {
   // into the per-head layout.
   for (int64_t begin = 0; begin < seq; begin += kLinearRowChunk) {
     const int64_t count = std::min(kLinearRowChunk, seq - begin);
-    linear_rows(ctx_, normed_, begin, count, w.wq, w.bq, proj_);  // [count, n_head*d_head]
-    split_heads(proj_, begin, c.n_head, c.d_head, q_);
-    linear_rows(ctx_, normed_, begin, count, w.wk, w.bk, proj_);  // [count, n_kv_head*d_head]
-    split_heads(proj_, begin, c.n_kv_head, c.d_head, k_);
-    linear_rows(ctx_, normed_, begin, count, w.wv, w.bv, proj_);  // [count, n_kv_head*d_head]
-    split_heads(proj_, begin, c.n_kv_head, c.d_head, v_);
+    const LinearTarget targets[] = {{&w.wq, &w.bq, &proj_[0]},   // [count, n_head*d_head]
+                                    {&w.wk, &w.bk, &proj_[1]},   // [count, n_kv_head*d_head]
+                                    {&w.wv, &w.bv, &proj_[2]}};  // [count, n_kv_head*d_head]
+    linear_rows_batch(ctx_, normed_, begin, count, targets);
+    const HeadSplit splits[] = {{&proj_[0], &q_, c.n_head}, {&proj_[1], &k_, c.n_kv_head}, {&proj_[2], &v_, c.n_kv_head}};
+    split_heads(ctx_.pool(), splits, begin, c.d_head);
   }
   apply_rope(ctx_, q_, rope_, first_position);
   apply_rope(ctx_, k_, rope_, first_position);

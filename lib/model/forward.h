@@ -120,7 +120,7 @@ class Forward {
   void cached_attention_block(int64_t layer, int64_t first_position, KvCache& cache,
                               const CachedRequest& request);
   void record_head_outputs(int64_t layer, const ForwardRequest& request);
-  void check_layer_finite(int64_t layer) const;
+  void add_residual(int64_t layer);
 
   const ModelConfig& config_;
   const ModelWeights& weights_;
@@ -133,7 +133,7 @@ class Forward {
   // Scratch reused across layers and runs.
   Tensor resid_;                  // [seq, d_model]
   Tensor normed_;                 // [seq, d_model]
-  Tensor proj_;                   // [chunk, n_head*d_head]: one row chunk's q, k or v projection
+  Tensor proj_[3];                // one row chunk's q, k and v projections, [chunk, heads*d_head]
   Tensor q_, k_, v_;              // [n_head|n_kv_head, seq, d_head]
   Tensor context_;                // [seq, n_head*d_head]
   Tensor block_out_;              // [seq, d_model]

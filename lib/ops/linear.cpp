@@ -5,8 +5,11 @@
 
 namespace ckv {
 
-void linear_rows(ExecContext& ctx, const Tensor& x, int64_t begin, int64_t count, const WeightMatrix& weight,
-                 const Tensor& bias, Tensor& y) {
+namespace {
+
+// The checks of linear_rows; y resized to [count, out].
+void check_linear_rows(const Tensor& x, int64_t begin, int64_t count, const WeightMatrix& weight,
+                       const Tensor& bias, Tensor& y) {
   if (x.rank() != 2 || weight.empty() || x.dim(1) != weight.cols())
     fail<InputError>("linear: input {} does not match weight {}", x.shape_string(),
                      weight.shape_string());
@@ -16,10 +19,31 @@ void linear_rows(ExecContext& ctx, const Tensor& x, int64_t begin, int64_t count
     fail<InputError>("linear: bias {} does not match weight {}", bias.shape_string(),
                      weight.shape_string());
   if (&y == &x) fail<InputError>("linear: output must not alias the input");
-  const int64_t in = x.dim(1), out = weight.rows();
+  const int64_t out = weight.rows();
   if (y.rank() != 2 || y.dim(0) != count || y.dim(1) != out) y = Tensor({count, out});
+}
+
+}  // namespace
+
+void linear_rows(ExecContext& ctx, const Tensor& x, int64_t begin, int64_t count, const WeightMatrix& weight,
+                 const Tensor& bias, Tensor& y) {
+  check_linear_rows(x, begin, count, weight, bias, y);
+  const int64_t in = x.dim(1), out = weight.rows();
   detail::linear_on_device(ctx, x.data() + begin * in, in, weight, bias.empty() ? nullptr : bias.data(),
                            y.data(), out, count);
+}
+
+void linear_rows_batch(ExecContext& ctx, const Tensor& x, int64_t begin, int64_t count,
+                       std::span<const LinearTarget> targets) {
+  for (const LinearTarget& t : targets) check_linear_rows(x, begin, count, *t.weight, *t.bias, *t.y);
+  if (ctx.device() != Device::CPU) {
+    for (const LinearTarget& t : targets) linear_rows(ctx, x, begin, count, *t.weight, *t.bias, *t.y);
+    return;
+  }
+  std::vector<detail::LinearJob> jobs;
+  for (const LinearTarget& t : targets)
+    jobs.push_back({t.weight, t.bias->empty() ? nullptr : t.bias->data(), t.y->data(), t.weight->rows()});
+  detail::linear_batch_cpu(x.data() + begin * x.dim(1), x.dim(1), jobs, count, ctx.pool(), ctx.compute());
 }
 
 void linear(ExecContext& ctx, const Tensor& x, const WeightMatrix& weight, const Tensor& bias, Tensor& y) {

@@ -1,6 +1,7 @@
 #pragma once
 // Linear layer y = x W^T + b with HF weight layout W [out, in], W in its stored dtype.
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "core/tensor.h"
@@ -47,6 +48,18 @@ void linear(ExecContext& ctx, const Tensor& x, const WeightMatrix& weight, const
 // that works in row chunks uses, so that its outputs exist for one chunk at a time.
 void linear_rows(ExecContext& ctx, const Tensor& x, int64_t begin, int64_t count, const WeightMatrix& weight,
                  const Tensor& bias, Tensor& y);
+// One weight of a batch: y = x W^T + b for the batch's rows ([count, out], resized).
+struct LinearTarget {
+  const WeightMatrix* weight;
+  const Tensor* bias;  // empty for none
+  Tensor* y;
+};
+// linear_rows for several weights on the same rows of x (a layer's q, k and v), with one
+// wait for all of them: on the CPU's tiled float32 path every weight's column chunks are
+// tasks of one parallel_for, each the GEMM call linear_rows makes, so every y equals its
+// linear_rows bit for bit. Other paths run the weights one after the other.
+void linear_rows_batch(ExecContext& ctx, const Tensor& x, int64_t begin, int64_t count,
+                       std::span<const LinearTarget> targets);
 // Rows per chunk where the forward pass and the MLP bound their activations: the
 // [chunk, d_ff] MLP intermediates and [chunk, n_head*d_head] projections replace
 // [seq, ...] ones (docs/PERF.md). A sequence of at most this many rows is one chunk. 512
@@ -81,6 +94,17 @@ void linear_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const f
 void linear_tiled_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias,
                       float* y, int64_t y_stride, int64_t rows, ThreadPool& pool,
                       ComputeDType compute = ComputeDType::F32);
+// One weight of linear_batch_cpu: w [out, in], bias [out] or null, y with row stride y_stride.
+struct LinearJob {
+  const WeightMatrix* w;
+  const float* bias;
+  float* y;
+  int64_t y_stride;
+};
+// linear_cpu for each job on the same x; the tiled float32 path runs all the jobs' column
+// chunks in one parallel_for (each chunk the call linear_tiled_cpu makes).
+void linear_batch_cpu(const float* x, int64_t x_stride, std::span<const LinearJob> jobs, int64_t rows,
+                      ThreadPool& pool, ComputeDType compute = ComputeDType::F32);
 // The fused dequantise-and-dot path, for any rows (meant for few).
 void linear_few_rows_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias,
                          float* y, int64_t y_stride, int64_t rows, ThreadPool& pool);
