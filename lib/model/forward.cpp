@@ -30,17 +30,19 @@ struct HeadSplit {
   int64_t heads;
 };
 
-// Moves each split's rows into its per-head layout, one task per head of any of them.
+// Moves each split's rows into its per-head layout, one task per block of 64 rows (decoding:
+// one task, on the calling thread).
 void split_heads(ThreadPool& pool, std::span<const HeadSplit> splits, int64_t begin, int64_t d_head) {
-  std::vector<std::pair<const HeadSplit*, int64_t>> tasks;  // (split, head)
-  for (const HeadSplit& split : splits)
-    for (int64_t h = 0; h < split.heads; ++h) tasks.emplace_back(&split, h);
-  pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t t) {
-    const auto [split, h] = tasks[static_cast<size_t>(t)];
-    const int64_t count = split->x->dim(0), seq = split->out->dim(1), width = split->heads * d_head;
-    for (int64_t s = 0; s < count; ++s)
-      std::copy_n(split->x->data() + s * width + h * d_head, d_head,
-                  split->out->data() + (h * seq + begin + s) * d_head);
+  constexpr int64_t kRows = 64;
+  const int64_t count = splits.front().x->dim(0);
+  pool.parallel_for((count + kRows - 1) / kRows, [&](int64_t t) {
+    for (const HeadSplit& split : splits) {
+      const int64_t seq = split.out->dim(1), width = split.heads * d_head;
+      for (int64_t s = t * kRows; s < std::min(count, (t + 1) * kRows); ++s)
+        for (int64_t h = 0; h < split.heads; ++h)
+          std::copy_n(split.x->data() + s * width + h * d_head, d_head,
+                      split.out->data() + (h * seq + begin + s) * d_head);
+    }
   });
 }
 

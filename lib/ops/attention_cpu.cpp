@@ -29,6 +29,12 @@ namespace {
 namespace ei = Eigen::internal;
 using Packet = ei::packet_traits<float>::type;
 constexpr int64_t kLanes = sizeof(Packet) / sizeof(float);
+// kLanes vectors, transposed in registers by ei::ptranspose. (GCC notes that a vector type's
+// alignment attribute does not take part in the template argument; Eigen relies on that.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wignored-attributes"
+using LaneBlock = ei::PacketBlock<Packet, kLanes>;
+#pragma GCC diagnostic pop
 constexpr int kScoreRows = 8;       // query rows per logits tile
 constexpr int kScorePackets = 2;    // key vectors per logits tile
 constexpr int kValueRows = 4;       // probability rows per value tile
@@ -57,11 +63,20 @@ float max_lanes(const Packet& p) {
 }
 
 // Keys [j0, j1) of k: [keys, d] row-major -> those columns of kt: [d, stride], zeros for the
-// columns at or after `keys`.
+// columns at or after `keys`. Square blocks of kLanes x kLanes in registers, the ragged edges
+// one element at a time. j0 is a multiple of kLanes.
 void transpose_keys(const float* k, int64_t keys, int64_t d, int64_t j0, int64_t j1, float* kt, int64_t stride) {
+  const int64_t full_keys = std::min(j1, keys) / kLanes * kLanes, full_d = d / kLanes * kLanes;
+  LaneBlock block;
+  for (int64_t j = j0; j < full_keys; j += kLanes)
+    for (int64_t c = 0; c < full_d; c += kLanes) {
+      for (int64_t i = 0; i < kLanes; ++i) block.packet[i] = ei::ploadu<Packet>(k + (j + i) * d + c);
+      ei::ptranspose(block);
+      for (int64_t i = 0; i < kLanes; ++i) ei::pstoreu(kt + (c + i) * stride + j, block.packet[i]);
+    }
   for (int64_t c = 0; c < d; ++c) {
     float* row = kt + c * stride;
-    for (int64_t j = j0; j < std::min(j1, keys); ++j) row[j] = k[j * d + c];
+    for (int64_t j = c < full_d ? std::max(j0, full_keys) : j0; j < std::min(j1, keys); ++j) row[j] = k[j * d + c];
     for (int64_t j = std::max(j0, keys); j < j1; ++j) row[j] = 0.0f;
   }
 }
@@ -159,12 +174,36 @@ void value_rows(const float* p, int64_t p_stride, int64_t j0, int64_t j1, const 
   if (c0 < d) value_tail<R>(p, p_stride, j0, j1, v, d, c0, out, out_stride);
 }
 
+// Logits s[0, n) of one query row against k: [keys, d] row-major, d a multiple of kLanes,
+// without K^T (decoding, where transposing the whole cache for one row would cost more than
+// the row): each key's products summed in kLanes lanes over d, then kLanes keys' lanes at
+// once (transposed in registers and added). A different order of summation than the tiles'.
+// Writes up to round_up(n, kLanes).
+void logits_direct(const float* q, int64_t d, const float* k, int64_t n, float scale, float* s) {
+  const Packet vscale = ei::pset1<Packet>(scale);
+  LaneBlock lanes;
+  for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
+    for (int64_t i = 0; i < kLanes; ++i) {
+      Packet acc = ei::pset1<Packet>(0.0f);
+      if (j0 + i < n)
+        for (int64_t c = 0; c < d; c += kLanes)
+          acc = ei::pmadd(ei::ploadu<Packet>(q + c), ei::ploadu<Packet>(k + (j0 + i) * d + c), acc);
+      lanes.packet[i] = acc;
+    }
+    ei::ptranspose(lanes);
+    Packet sum = lanes.packet[0];
+    for (int64_t i = 1; i < kLanes; ++i) sum = ei::padd(sum, lanes.packet[i]);
+    ei::pstoreu(s + j0, ei::pmul(sum, vscale));
+  }
+}
+
 // What one block of query rows of one head attends to.
 struct Block {
   const float* q;        // [rows, d]
   int64_t rows, d;
-  const float* kt;       // K^T of the KV head, [d, kt_stride]
+  const float* kt;       // K^T of the KV head, [d, kt_stride]; null: logits_direct from k
   int64_t kt_stride;
+  const float* k;        // [keys, d], read when kt is null
   const float* v;        // [keys, d]
   const int64_t* visible;  // [rows], nondecreasing: row i attends to keys [0, visible[i])
   float scale;
@@ -184,9 +223,11 @@ void attend_block(const Block& b, EditLogits&& edit_logits, OnRow&& on_row) {
   float* s = scratch.data();
   const int64_t stride = scratch.cols();
 
+  if (b.kt == nullptr)
+    for (int64_t r = 0; r < b.rows; ++r) logits_direct(b.q + r * b.d, b.d, b.k, b.visible[r], b.scale, s + r * stride);
   // Logits one panel of kKeyTile keys at a time (its K^T columns stay in L1 for every row
   // tile), each row tile up to the last key its last row sees.
-  for (int64_t j0 = 0; j0 < width; j0 += kKeyTile) {
+  for (int64_t j0 = 0; b.kt != nullptr && j0 < width; j0 += kKeyTile) {
     int64_t i = 0;
     for (; i + kScoreRows <= b.rows; i += kScoreRows)
       if (j0 < b.visible[i + kScoreRows - 1])
@@ -274,6 +315,7 @@ void causal_attention_cpu(const float* q, const float* k, const float* v, float*
                     .d = d,
                     .kt = kt.data() + g * d * kt_stride,
                     .kt_stride = kt_stride,
+                    .k = nullptr,
                     .v = v + g * seq * d,
                     .visible = positions.data() + r0,
                     .scale = 1.0f / std::sqrt(static_cast<float>(d)),
@@ -304,7 +346,9 @@ void cached_attention_cpu(const float* q, int64_t n_head, int64_t rows, int64_t 
   int64_t longest = 0;
   for (const KvHeadView& h : heads) longest = std::max(longest, h.count);
   const int64_t kt_stride = round_up(longest, kKeyTile);
-  const RowMatrix kt = transpose_heads(n_kv_head, d, kt_stride, pool, [&](int64_t g) {
+  // Few rows (decoding) read the keys in place; K^T pays off once a logits tile is full.
+  const bool direct = rows < kScoreRows && d % kLanes == 0;
+  const RowMatrix kt = direct ? RowMatrix() : transpose_heads(n_kv_head, d, kt_stride, pool, [&](int64_t g) {
     return std::pair{heads[static_cast<size_t>(g)].k, heads[static_cast<size_t>(g)].count};
   });
   // visible is [rows, n_kv_head]; each KV head's column, contiguous.
@@ -319,8 +363,9 @@ void cached_attention_cpu(const float* q, int64_t n_head, int64_t rows, int64_t 
     const Block blk{.q = q + (h * rows + r0) * d,
                     .rows = r1 - r0,
                     .d = d,
-                    .kt = kt.data() + g * d * kt_stride,
+                    .kt = direct ? nullptr : kt.data() + g * d * kt_stride,
                     .kt_stride = kt_stride,
+                    .k = heads[static_cast<size_t>(g)].k,
                     .v = heads[static_cast<size_t>(g)].v,
                     .visible = seen.data() + g * rows + r0,
                     .scale = 1.0f / std::sqrt(static_cast<float>(d)),

@@ -28,7 +28,7 @@ void apply_rope(ExecContext& ctx, Tensor& x, const RopeTable& table, int64_t fir
 
 namespace detail {
 // x: [heads, seq, 2*half] row-major; row p rotated by the table's row first_position + p.
-// One task per head and block of rows.
+// One task per block of 64 of the heads * seq rows.
 void apply_rope_cpu(float* x, int64_t heads, int64_t seq, int64_t half, const RopeTable& table,
                     int64_t first_position, ThreadPool& pool);
 }  // namespace detail
