@@ -17,7 +17,11 @@
 // sum. Entries after a row's last visible key are exact zeros, so a tile that spans longer
 // rows adds only +0 to a shorter row's sums.
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "ops/attention.h"
@@ -262,16 +266,19 @@ void attend_block(const Block& b, EditLogits&& edit_logits, OnRow&& on_row) {
 }
 
 // K^T of every KV head, [n_kv_head][d, stride] (stride a multiple of kKeyTile), one task
-// per head and block of keys.
-RowMatrix transpose_heads(int64_t n_kv_head, int64_t d, int64_t stride, ThreadPool& pool,
-                          const std::function<std::pair<const float*, int64_t>(int64_t)>& keys_of) {
+// per head and block of keys, into the calling thread's buffer (kept between calls, so a
+// forward pass does not fault in fresh pages for it at every layer).
+const float* transpose_heads(int64_t n_kv_head, int64_t d, int64_t stride, ThreadPool& pool,
+                             const std::function<std::pair<const float*, int64_t>(int64_t)>& keys_of) {
   constexpr int64_t kKeys = 256;  // keys per task
   const int64_t blocks = (stride + kKeys - 1) / kKeys;
-  RowMatrix kt(n_kv_head * d, stride);
+  thread_local std::vector<float> buffer;
+  buffer.resize(static_cast<size_t>(n_kv_head * d * stride));
+  float* kt = buffer.data();
   pool.parallel_for(n_kv_head * blocks, [&](int64_t task) {
     const int64_t g = task / blocks, j0 = task % blocks * kKeys;
     const auto [k, count] = keys_of(g);
-    transpose_keys(k, count, d, j0, std::min(stride, j0 + kKeys), kt.data() + g * d * stride, stride);
+    transpose_keys(k, count, d, j0, std::min(stride, j0 + kKeys), kt + g * d * stride, stride);
   });
   return kt;
 }
@@ -300,7 +307,7 @@ void causal_attention_cpu(const float* q, const float* k, const float* v, float*
   const int64_t n_blocks = (seq + block - 1) / block;
   const int64_t kt_stride = round_up(seq, kKeyTile);
   const int64_t r_probs = static_cast<int64_t>(params.prob_rows.size());
-  const RowMatrix kt = transpose_heads(shape.n_kv_head, d, kt_stride, pool, [&](int64_t g) {
+  const float* kt = transpose_heads(shape.n_kv_head, d, kt_stride, pool, [&](int64_t g) {
     return std::pair{k + g * seq * d, seq};
   });
   std::vector<int64_t> positions(static_cast<size_t>(seq));  // row i sees keys [0, i]
@@ -313,7 +320,7 @@ void causal_attention_cpu(const float* q, const float* k, const float* v, float*
     const Block blk{.q = q + (h * seq + r0) * d,
                     .rows = r1 - r0,
                     .d = d,
-                    .kt = kt.data() + g * d * kt_stride,
+                    .kt = kt + g * d * kt_stride,
                     .kt_stride = kt_stride,
                     .k = nullptr,
                     .v = v + g * seq * d,
@@ -348,7 +355,7 @@ void cached_attention_cpu(const float* q, int64_t n_head, int64_t rows, int64_t 
   const int64_t kt_stride = round_up(longest, kKeyTile);
   // Few rows (decoding) read the keys in place; K^T pays off once a logits tile is full.
   const bool direct = rows < kScoreRows && d % kLanes == 0;
-  const RowMatrix kt = direct ? RowMatrix() : transpose_heads(n_kv_head, d, kt_stride, pool, [&](int64_t g) {
+  const float* kt = direct ? nullptr : transpose_heads(n_kv_head, d, kt_stride, pool, [&](int64_t g) {
     return std::pair{heads[static_cast<size_t>(g)].k, heads[static_cast<size_t>(g)].count};
   });
   // visible is [rows, n_kv_head]; each KV head's column, contiguous.
@@ -363,7 +370,7 @@ void cached_attention_cpu(const float* q, int64_t n_head, int64_t rows, int64_t 
     const Block blk{.q = q + (h * rows + r0) * d,
                     .rows = r1 - r0,
                     .d = d,
-                    .kt = direct ? nullptr : kt.data() + g * d * kt_stride,
+                    .kt = direct ? nullptr : kt + g * d * kt_stride,
                     .kt_stride = kt_stride,
                     .k = heads[static_cast<size_t>(g)].k,
                     .v = heads[static_cast<size_t>(g)].v,
