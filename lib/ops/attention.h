@@ -1,7 +1,9 @@
 #pragma once
 // Causal multi-head attention with grouped KV heads, computed in blocks of query rows so
-// that memory stays O(block * seq) per thread, never n x n x heads. Softmax in fp32.
-// Query head h reads KV head h / (n_head / n_kv_head); scores are scaled by 1/sqrt(d_head).
+// that memory stays O(block * seq) per thread plus one transposed copy of K per call, never
+// n x n x heads. Softmax in fp32. Query head h reads KV head h / (n_head / n_kv_head);
+// scores are scaled by 1/sqrt(d_head). The CPU kernel (attention_cpu.cpp) gives each row
+// the same bits at any query block size and thread count.
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -57,8 +59,10 @@ struct KvHeadView {
 // heads: [n_kv_head] views that already hold the new rows' own keys and values. Query head h
 // reads KV head h / (n_head / n_kv_head) and attends to its entries at positions <= its own
 // (causal over what the cache still holds). out: [rows, n_head*d_head] (resized), as
-// causal_attention's. The arithmetic is causal_attention's (scale, fp32 softmax in a fixed
-// order), so a cache that holds every position gives its results up to the GEMM's blocking.
+// causal_attention's. The arithmetic is causal_attention's, so a cache that holds every
+// position gives its results bit for bit, except for decoding (fewer rows than a logits
+// tile, 8, with d_head a whole number of vectors), whose logits read the cached keys in place
+// and sum their products in another order (within float32 rounding).
 // Throws InputError for bad shapes or a row with no cached entry at or before it. CPU only:
 // the KV cache lives in host memory (UnsupportedError on a CUDA context).
 void cached_attention(ExecContext& ctx, const Tensor& q, std::span<const int64_t> q_positions,
