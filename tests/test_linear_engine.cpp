@@ -5,7 +5,8 @@
 //  - bf16: within the bound that bf16's 8 significant bits give (below), really rounded
 //    (not float32 in disguise), bit-identical across pool sizes; refused with a UsageError
 //    by a build without oneDNN;
-//  - linear_rows_batch: each weight's linear_rows, bit for bit;
+//  - linear_rows_batch: each weight's linear_rows, bit for bit; so is gated_mlp's fused
+//    gate/up/gating task against the separate calls;
 //  - the default model: logits and every layer bit-identical across --threads 1/2/3 in both
 //    compute dtypes, and bf16 logits within a stated tolerance of float32's.
 #include <gtest/gtest.h>
@@ -24,6 +25,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "ops/linear.h"
+#include "ops/mlp.h"
 #include "random_blocks.h"
 
 namespace ckv {
@@ -185,6 +187,30 @@ TEST(LinearEngine, BatchEqualsOneCallPerWeightBitForBit) {
       linear_rows(two, x, 0, rows, wv, no_bias, want);
       EXPECT_TRUE(same_bits(yv.span(), want.span()));
     }
+  }
+}
+
+// gated_mlp's float32 path gates each column chunk of d_ff in the task that computed it
+// (detail::gate_up_silu_cpu): the same bits as linear_rows for gate and up, silu_mul, and the
+// down projection, at 1 and 2 threads. d_ff 200 makes column chunks of 32 and a last one of 8
+// floats (a partial vector).
+TEST(LinearEngine, GatedMlpFusedGatingEqualsSeparateCallsBitForBit) {
+  const int64_t in = 32 * 19, d_ff = 200, rows = 300;
+  const std::vector<uint8_t> bg = random_blocks(DType::Q4_1, d_ff, in, 71), bu = random_blocks(DType::Q8_0, d_ff, in, 72);
+  const WeightMatrix wg = WeightMatrix::view(DType::Q4_1, d_ff, in, bg, nullptr),
+                     wu = WeightMatrix::view(DType::Q8_0, d_ff, in, bu, nullptr);
+  const Tensor down = random_tensor({in, d_ff}, 73, 0.05f), x = random_tensor({rows, in}, 74), no_bias;
+  const WeightMatrix wd = WeightMatrix::borrow(down);
+  for (const int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    ExecContext ctx({.threads = threads});
+    Tensor y, gate, up, want;
+    gated_mlp(ctx, x, wg, wu, wd, y);
+    linear_rows(ctx, x, 0, rows, wg, no_bias, gate);
+    linear_rows(ctx, x, 0, rows, wu, no_bias, up);
+    silu_mul(ctx, gate, up);
+    linear(ctx, gate, wd, no_bias, want);
+    EXPECT_TRUE(same_bits(y.span(), want.span()));
   }
 }
 

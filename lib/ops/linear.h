@@ -94,6 +94,11 @@ void linear_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const f
 void linear_tiled_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias,
                       float* y, int64_t y_stride, int64_t rows, ThreadPool& pool,
                       ComputeDType compute = ComputeDType::F32);
+// Columns [begin, begin+min(chunk, out-begin)) of the tiled float32 product, y = x W^T + b
+// there: the GEMM call linear_tiled_cpu makes for that column chunk (chunk =
+// linear_column_chunk(out, in)), for callers that fuse work into the chunk's task.
+void linear_f32_chunk_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias, float* y,
+                          int64_t y_stride, int64_t rows, int64_t begin, int64_t chunk);
 // One weight of linear_batch_cpu: w [out, in], bias [out] or null, y with row stride y_stride.
 struct LinearJob {
   const WeightMatrix* w;

@@ -233,15 +233,14 @@ void add_bias(const float* bias, float* y, int64_t y_stride, int64_t rows, int64
   y_chunk.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias, width);
 }
 
-// Columns [begin, begin+chunk) of the float32 tiled product (fewer at the end).
-void f32_chunk(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias, float* y,
-               int64_t y_stride, int64_t rows, int64_t begin, int64_t chunk) {
+}  // namespace
+
+void linear_f32_chunk_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias, float* y,
+                          int64_t y_stride, int64_t rows, int64_t begin, int64_t chunk) {
   const int64_t width = std::min(chunk, w.rows() - begin);
   gemm_f32(x, x_stride, f32_tile(w, begin, width), width, w.cols(), y + begin, y_stride, rows);
   add_bias(bias == nullptr ? nullptr : bias + begin, y + begin, y_stride, rows, width);
 }
-
-}  // namespace
 
 void linear_batch_cpu(const float* x, int64_t x_stride, std::span<const LinearJob> jobs, int64_t rows,
                       ThreadPool& pool, ComputeDType compute) {
@@ -261,7 +260,7 @@ void linear_batch_cpu(const float* x, int64_t x_stride, std::span<const LinearJo
   pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t t) {
     const Task& task = tasks[static_cast<size_t>(t)];
     const LinearJob& j = *task.job;
-    f32_chunk(x, x_stride, *j.w, j.bias, j.y, j.y_stride, rows, task.begin, task.chunk);
+    linear_f32_chunk_cpu(x, x_stride, *j.w, j.bias, j.y, j.y_stride, rows, task.begin, task.chunk);
   });
 }
 
@@ -272,7 +271,7 @@ void linear_tiled_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, c
   const int64_t chunk = linear_column_chunk(out, in);
   const int64_t chunks = (out + chunk - 1) / chunk;
   if (compute == ComputeDType::F32) {
-    pool.parallel_for(chunks, [&](int64_t c) { f32_chunk(x, x_stride, w, bias, y, y_stride, rows, c * chunk, chunk); });
+    pool.parallel_for(chunks, [&](int64_t c) { linear_f32_chunk_cpu(x, x_stride, w, bias, y, y_stride, rows, c * chunk, chunk); });
     return;
   }
 #if defined(CKV_HAVE_DNNL)

@@ -24,9 +24,17 @@ void gated_mlp(ExecContext& ctx, const Tensor& x, const WeightMatrix& w_gate, co
   const Tensor no_bias;
   for (int64_t begin = 0; begin < rows; begin += kLinearRowChunk) {
     const int64_t count = std::min(kLinearRowChunk, rows - begin);
-    linear_rows(ctx, x, begin, count, w_gate, no_bias, gate);  // [count, d_ff]
-    linear_rows(ctx, x, begin, count, w_up, no_bias, up);      // [count, d_ff]
-    silu_mul(ctx, gate, up);
+    if (ctx.device() == Device::CPU && ctx.compute() == ComputeDType::F32 && count > kLinearFewRows) {
+      // The tiled float32 path: gate, up and the gating per column chunk, in one dispatch.
+      if (gate.shape() != std::vector<int64_t>{count, d_ff}) gate = Tensor({count, d_ff});
+      if (up.shape() != std::vector<int64_t>{count, d_ff}) up = Tensor({count, d_ff});
+      detail::gate_up_silu_cpu(x.data() + begin * x.dim(1), x.dim(1), w_gate, w_up, gate.data(), up.data(), count,
+                               ctx.pool());
+    } else {
+      linear_rows(ctx, x, begin, count, w_gate, no_bias, gate);  // [count, d_ff]
+      linear_rows(ctx, x, begin, count, w_up, no_bias, up);      // [count, d_ff]
+      silu_mul(ctx, gate, up);
+    }
     detail::linear_on_device(ctx, gate.data(), d_ff, w_down, nullptr, y.data() + begin * d_model, d_model,
                              count);  // y rows [begin, begin+count)
   }

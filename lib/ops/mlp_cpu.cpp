@@ -6,29 +6,52 @@
 
 namespace ckv::detail {
 
+namespace {
+
+namespace ei = Eigen::internal;
+using Packet = ei::packet_traits<float>::type;
+constexpr int64_t kLanes = sizeof(Packet) / sizeof(float);
+
+// silu(g) * u = g / (1 + exp(-g)) * u (exp(-g) = inf for very negative g gives 0).
+Packet silu(const Packet& g, const Packet& u) {
+  return ei::pmul(ei::pdiv(g, ei::padd(ei::pset1<Packet>(1.0f), ei::pexp(ei::pnegate(g)))), u);
+}
+
+// gate[i] <- silu(gate[i]) * up[i] for i < n, in vectors of kLanes read wherever the data
+// lies; the last partial vector goes through a padded copy, so every element gets the same
+// vector arithmetic whatever its address or its neighbours (the operations are lane-wise).
+void silu_mul_span(float* gate, const float* up, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    ei::pstoreu(gate + i, silu(ei::ploadu<Packet>(gate + i), ei::ploadu<Packet>(up + i)));
+  if (i < n) {
+    float g[kLanes] = {}, u[kLanes] = {};
+    std::copy(gate + i, gate + n, g);
+    std::copy(up + i, up + n, u);
+    ei::pstoreu(g, silu(ei::ploadu<Packet>(g), ei::ploadu<Packet>(u)));
+    std::copy(g, g + (n - i), gate + i);
+  }
+}
+
+}  // namespace
+
 void silu_mul_cpu(float* gate, const float* up, int64_t n, ThreadPool& pool) {
-  namespace ei = Eigen::internal;
-  using Packet = ei::packet_traits<float>::type;
-  constexpr int64_t kLanes = sizeof(Packet) / sizeof(float);
-  constexpr int64_t kChunk = 16384;  // elements per task, a multiple of kLanes
-  // silu(g) * u = g / (1 + exp(-g)) * u (exp(-g) = inf for very negative g gives 0), in
-  // vectors of kLanes read wherever the data lies; the last partial vector goes through a
-  // padded copy, so every element gets the same vector arithmetic whatever its address.
-  const auto silu = [](const Packet& g, const Packet& u) {
-    return ei::pmul(ei::pdiv(g, ei::padd(ei::pset1<Packet>(1.0f), ei::pexp(ei::pnegate(g)))), u);
-  };
+  constexpr int64_t kChunk = 16384;  // elements per task
   pool.parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c) {
-    const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
-    int64_t i = begin;
-    for (; i + kLanes <= end; i += kLanes)
-      ei::pstoreu(gate + i, silu(ei::ploadu<Packet>(gate + i), ei::ploadu<Packet>(up + i)));
-    if (i < end) {
-      float g[kLanes] = {}, u[kLanes] = {};
-      std::copy(gate + i, gate + end, g);
-      std::copy(up + i, up + end, u);
-      ei::pstoreu(g, silu(ei::ploadu<Packet>(g), ei::ploadu<Packet>(u)));
-      std::copy(g, g + (end - i), gate + i);
-    }
+    const int64_t begin = c * kChunk;
+    silu_mul_span(gate + begin, up + begin, std::min(kChunk, n - begin));
+  });
+}
+
+void gate_up_silu_cpu(const float* x, int64_t x_stride, const WeightMatrix& w_gate, const WeightMatrix& w_up,
+                      float* gate, float* up, int64_t rows, ThreadPool& pool) {
+  const int64_t d_ff = w_gate.rows();
+  const int64_t chunk = linear_column_chunk(d_ff, w_gate.cols());
+  pool.parallel_for((d_ff + chunk - 1) / chunk, [&](int64_t c) {
+    const int64_t begin = c * chunk, width = std::min(chunk, d_ff - begin);
+    linear_f32_chunk_cpu(x, x_stride, w_gate, nullptr, gate, d_ff, rows, begin, chunk);
+    linear_f32_chunk_cpu(x, x_stride, w_up, nullptr, up, d_ff, rows, begin, chunk);
+    for (int64_t r = 0; r < rows; ++r) silu_mul_span(gate + r * d_ff + begin, up + r * d_ff + begin, width);
   });
 }
 
