@@ -7,7 +7,7 @@ void apply_rope_cpu(float* x, int64_t heads, int64_t seq, int64_t half, const Ro
                     int64_t first_position, ThreadPool& pool) {
   using Array = Eigen::Map<Eigen::ArrayXf>;
   using ConstArray = Eigen::Map<const Eigen::ArrayXf>;
-  constexpr int64_t kRows = 64;  // rows per task, of all heads' heads * seq (decoding: one task)
+  constexpr int64_t kRows = 64;  // rows per task, counted over all heads' heads * seq rows
   const int64_t total = heads * seq;
   pool.parallel_for((total + kRows - 1) / kRows, [&](int64_t task) {
     thread_local Eigen::ArrayXf lo_old;
