@@ -188,6 +188,14 @@ TEST(LinearEngine, BatchEqualsOneCallPerWeightBitForBit) {
       EXPECT_TRUE(same_bits(yv.span(), want.span()));
     }
   }
+  // Two weights writing one tensor would race: refused before any work.
+  ExecContext two({.threads = 2});
+  const std::vector<uint8_t> bytes = random_blocks(DType::Q8_0, 64, 64, 66);
+  const WeightMatrix w = WeightMatrix::view(DType::Q8_0, 64, 64, bytes, nullptr);
+  const Tensor x = random_tensor({16, 64}, 67), no_bias;
+  Tensor y;
+  const LinearTarget same[] = {{&w, &no_bias, &y}, {&w, &no_bias, &y}};
+  EXPECT_THROW(linear_rows_batch(two, x, 0, 16, same), InputError);
 }
 
 // gated_mlp's float32 path gates each column chunk of d_ff in the task that computed it

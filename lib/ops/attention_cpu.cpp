@@ -16,7 +16,6 @@
 // chain of unnormalised probabilities times values over the keys in order, divided by the row's
 // sum. Entries after a row's last visible key are exact zeros, so a tile that spans longer
 // rows adds only +0 to a shorter row's sums.
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -25,20 +24,12 @@
 
 #include "core/thread_pool.h"
 #include "ops/attention.h"
+#include "ops/packet.h"
 
 namespace ckv::detail {
 
 namespace {
 
-namespace ei = Eigen::internal;
-using Packet = ei::packet_traits<float>::type;
-constexpr int64_t kLanes = sizeof(Packet) / sizeof(float);
-// kLanes vectors, transposed in registers by ei::ptranspose. (GCC notes that a vector type's
-// alignment attribute does not take part in the template argument; Eigen relies on that.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wignored-attributes"
-using LaneBlock = ei::PacketBlock<Packet, kLanes>;
-#pragma GCC diagnostic pop
 constexpr int kScoreRows = 8;       // query rows per logits tile
 constexpr int kScorePackets = 2;    // key vectors per logits tile
 constexpr int kValueRows = 4;       // probability rows per value tile

@@ -35,7 +35,11 @@ void linear_rows(ExecContext& ctx, const Tensor& x, int64_t begin, int64_t count
 
 void linear_rows_batch(ExecContext& ctx, const Tensor& x, int64_t begin, int64_t count,
                        std::span<const LinearTarget> targets) {
-  for (const LinearTarget& t : targets) check_linear_rows(x, begin, count, *t.weight, *t.bias, *t.y);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    check_linear_rows(x, begin, count, *targets[i].weight, *targets[i].bias, *targets[i].y);
+    for (size_t j = 0; j < i; ++j)
+      if (targets[j].y == targets[i].y) fail<InputError>("linear: outputs {} and {} of a batch are one tensor", j, i);
+  }
   if (ctx.device() != Device::CPU) {
     for (const LinearTarget& t : targets) linear_rows(ctx, x, begin, count, *t.weight, *t.bias, *t.y);
     return;

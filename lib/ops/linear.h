@@ -71,6 +71,12 @@ inline constexpr int64_t kLinearRowChunk = 512;
 // weight once for all rows and beats converting a tile; above it the GEMM wins
 // (bench/bench_linear.cpp, docs/PERF.md "Decode").
 inline constexpr int64_t kLinearFewRows = 8;
+// Whether every weight, whatever its dtype, takes the tiled float32 path at this many rows
+// (a float32 weight read in place takes it at any rows): where callers may run the tiles of
+// several weights in one dispatch (linear_rows_batch, gated_mlp) with the same bits.
+inline bool tiled_f32_for_any_weight(int64_t rows, ComputeDType compute) {
+  return compute == ComputeDType::F32 && rows > kLinearFewRows;
+}
 // The same with a float32 weight [out, in] (tests, analysis).
 void linear(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y);
 

@@ -244,7 +244,7 @@ void linear_f32_chunk_cpu(const float* x, int64_t x_stride, const WeightMatrix& 
 
 void linear_batch_cpu(const float* x, int64_t x_stride, std::span<const LinearJob> jobs, int64_t rows,
                       ThreadPool& pool, ComputeDType compute) {
-  if (compute != ComputeDType::F32 || rows <= kLinearFewRows) {
+  if (!tiled_f32_for_any_weight(rows, compute)) {
     for (const LinearJob& j : jobs) linear_cpu(x, x_stride, *j.w, j.bias, j.y, j.y_stride, rows, pool, compute);
     return;
   }

@@ -24,7 +24,7 @@ void gated_mlp(ExecContext& ctx, const Tensor& x, const WeightMatrix& w_gate, co
   const Tensor no_bias;
   for (int64_t begin = 0; begin < rows; begin += kLinearRowChunk) {
     const int64_t count = std::min(kLinearRowChunk, rows - begin);
-    if (ctx.device() == Device::CPU && ctx.compute() == ComputeDType::F32 && count > kLinearFewRows) {
+    if (ctx.device() == Device::CPU && tiled_f32_for_any_weight(count, ctx.compute())) {
       // The tiled float32 path: gate, up and the gating per column chunk, in one dispatch.
       if (gate.shape() != std::vector<int64_t>{count, d_ff}) gate = Tensor({count, d_ff});
       if (up.shape() != std::vector<int64_t>{count, d_ff}) up = Tensor({count, d_ff});

@@ -1,16 +1,12 @@
-#include <Eigen/Core>
 #include <algorithm>
 
 #include "core/thread_pool.h"
 #include "ops/mlp.h"
+#include "ops/packet.h"
 
 namespace ckv::detail {
 
 namespace {
-
-namespace ei = Eigen::internal;
-using Packet = ei::packet_traits<float>::type;
-constexpr int64_t kLanes = sizeof(Packet) / sizeof(float);
 
 // silu(g) * u = g / (1 + exp(-g)) * u (exp(-g) = inf for very negative g gives 0).
 Packet silu(const Packet& g, const Packet& u) {
