@@ -24,6 +24,7 @@
 #include "core/thread_pool.h"
 #include "output/batch_output.h"
 #include "output/dump_schema.h"
+#include "output/describe.h"
 #include "output/mask_schema.h"
 #include "data/records.h"
 #include "model/forward.h"
@@ -123,6 +124,7 @@ class MaskJob {
       answer_ids = model_.tokenizer->encode((space ? " " : "") + *p.answer, false);
       rec.tokens.insert(rec.tokens.end(), answer_ids.begin(), answer_ids.end());
     }
+    rec.token_text = token_texts(model_.tokenizer.get(), rec.tokens);
     for (int64_t i = p.c; i < prompt_len; ++i) rec.eval_rows.push_back(i);
     std::vector<int64_t> logit_rows;
     for (int64_t i = prompt_len - 1; i < static_cast<int64_t>(rec.tokens.size()) - 1 || i == prompt_len - 1; ++i)
