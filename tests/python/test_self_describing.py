@@ -2,7 +2,8 @@
 each dataset has a `description` (and `unit` where it has one), token ids carry their text,
 bound budgets are numbers, eval (schema version 2) names the context end and the prompt ids
 as the other schemas do, and an old version-1 eval file is refused by ckv and read by
-analysis/ckv_reader.py.
+analysis/ckv_reader.py. Also: a placebo search that finds fewer spans than asked for is a
+note on the record, not a failed batch.
 
 Environment: CKV_BINARY, CKV_MODEL; tests skip when either is absent.
 """
@@ -41,7 +42,8 @@ def outs(tmp_path_factory):
     m = ["-m", MODEL, "-t", "2"]
     ckv("dump", *m, "--layers", "0,1,10", "--what", "q,k,v,attn,nu,logits", "-o", str(tmp / "dump.h5"))
     ckv("bound", *m, "--budgets", "0.1,0.2", "--layers", "0,1", "-o", str(tmp / "bound"))
-    mask = ckv("mask", *m, "--span-name", "answer_evidence", "-o", str(tmp / "mask.h5"))
+    mask = ckv("mask", *m, "--span-name", "answer_evidence", "--placebo", "2", "--match-tol", "0",
+               "-o", str(tmp / "mask.h5"))
     ckv("niah", "-m", MODEL, "--length", "256", "--count", "1", "--seed", "2", "-o", str(tmp / "niah.jsonl"))
     ckv("eval", *m, "-i", str(tmp / "niah.jsonl"), "--methods", "snapkv", "--budgets", "0.2",
         "--max-new-tokens", "4", "-o", str(tmp / "eval"))
@@ -139,3 +141,16 @@ def test_eval_version_1_refused_by_ckv_and_read_by_the_reader(outs, tmp_path):
     read = open_ckv(old)
     assert read.version == 1
     assert read.records[0].attrs["context_end"] == new.records[0].attrs["context_end"]
+
+
+def test_too_few_placebos_is_a_note_not_a_failure(outs):
+    tmp, run = outs
+    assert "note" in run.stderr and "--match-tol" in run.stderr
+    assert "of 2 placebo spans found" in run.stderr
+    with h5py.File(tmp / "mask.h5", "r") as f:
+        rec = f["records"][next(iter(f["records"]))]
+        p = json.loads(rec.attrs["placebo"])
+        assert p["requested"] == 2 and p["found"] < 2 and "--match-tol" in p["note"]
+        runs = list(rec.attrs["runs"])
+        assert runs[0] == "target" and len(runs) == 1 + p["found"]
+        assert bool(rec.attrs["complete"])
