@@ -50,16 +50,19 @@ def accuracy_sentence(budget: float, accuracy: dict, full: float, records: int) 
             diff = accuracy[c] - accuracy[base]
             text += (f"; {c} is {'above' if diff > 0 else 'below' if diff < 0 else 'level with'} "
                      f"{base}" + (f" by {abs(diff):.2f}" if diff else ""))
-            text += (", as the paper finds" if diff >= 0 else ", against the paper's finding")
+            text += (", as the paper finds" if diff > 0 else ", against the paper's finding" if diff < 0
+                     else " (the paper finds it above)")
     elif len(leaders) < len(accuracy):
         text += f"; best: {', '.join(leaders)}"
     return text + "."
 
 
-def caveat_sentence(model: str, records: int) -> str:
+def caveat_sentence(model: str, records: int, most: int = 0) -> str:
     """The scope of the numbers: the model (a small quantised one is named as such) and how
-    many records they come from, against the paper's 7-8B models and 200 samples."""
-    n = f"{records} record{'s' if records != 1 else ''}"
+    many records they come from (`records` to `most` when the outputs differ), against the
+    paper's 7-8B models and 200 samples."""
+    n = (f"{records} to {most} records" if most > records
+         else f"{records} record{'s' if records != 1 else ''}")
     small = "135M" in model
     quant = next((q for q in ("Q4_0", "Q4_1", "Q4_K", "Q6_K", "Q8_0") if q in model), "")
     what = (f"a 135M-parameter model" + (f" quantised to {quant}" if quant else "")) if small else "this model"
@@ -115,9 +118,11 @@ def placebo_sentence(requested: int, found: int, tolerance: float, best_ratio: f
     if found >= requested:
         return (f"Placebos: {found} of {requested} asked for were found within --match-tol {tolerance:g} "
                 "of the target's Delta_theta.")
+    side = ("more" if best_ratio < 1 else "less") if math.isfinite(best_ratio) else ""
     return (f"Placebos: {requested} asked for, {found} found within --match-tol {tolerance:g} of the target's "
-            f"Delta_theta (the closest candidate's ratio was {best_ratio:.2f}); the needle carries more "
-            "value-weighted attention than most spans of its length. A larger --match-tol finds more.")
+            f"Delta_theta (the closest candidate's ratio was {best_ratio:.2f})"
+            + (f"; the target span carries {side} value-weighted attention than the spans of its length "
+               "tried" if side else "") + ". A larger --match-tol finds more.")
 
 
 def protocol_sentence(mask_records: int, mask_budget: str, eval_records: int, eval_compress: str,

@@ -103,9 +103,8 @@ def _findings(files: dict, mask_pair) -> list:
             out.append(W.placebo_sentence(int(p["requested"]), int(p["found"]), float(p.get("tolerance", 0)),
                                           float(p.get("best_ratio", float("nan")))))
     any_file = next(iter(files.values()))
-    records = max(len(getattr(f, "records", []) or []) for f in files.values() if hasattr(f, "records")) \
-        if any(hasattr(f, "records") for f in files.values()) else 1
-    out.append(W.caveat_sentence(any_file.model, records))
+    counts = [len(f.records) for f in files.values() if getattr(f, "records", None)] or [1]
+    out.append(W.caveat_sentence(any_file.model, min(counts), max(counts)))
     return out
 
 

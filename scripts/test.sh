@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Runs every test: sets up (packages, default model, build), then the C++ tests (CTest) and
-# the Python tests that need only Debian's h5py/numpy/matplotlib. In CI (CI=true, as CI
+# Runs every test: sets up (packages, default model, build of everything), then the C++ tests
+# (CTest), the Python tests that need only Debian's h5py/numpy/matplotlib, and every example
+# of the README and docs/ (scripts/check_examples.py). In CI (CI=true, as CI
 # services set it; .ci/run calls this script) the C++ tests then run once more, built with
 # ASan + UBSan (scripts/sanitize.sh, in build-asan): on CI's 2 cores without ccache about
 # 10-12 minutes to build and 6-8 to test, on top of the ~5 minutes of the normal run.
-# The Python package (docs/PYTHON.md) is built and tested last: a venv .venv over Debian's
+# The Python package (docs/PYTHON.md) is built and tested after them: a venv .venv over Debian's
 # numpy/h5py/pytest with scikit-build-core, nanobind and pandas from PyPI, `pip install .` (the
 # extension and the libraries it links, built again position-independent in build/python
 # with 2 jobs), then python/tests. CKV_PYTHON=0 skips it.
@@ -28,6 +29,9 @@ if [[ ${CKV_PYTHON:-1} != 0 ]]; then
   echo "test.sh: the Python package built and installed in $((SECONDS - start)) s"
   CKV_BINARY="$build/ckv" "$venv/bin/python" -m pytest -q "$root/python/tests"
 fi
+# Every example of README.md and docs/*.md, as written, in a scratch copy of the repository
+# (scripts/check_examples.py lists what it skips: a cluster, an absent model, templates).
+/usr/bin/python3 "$root/scripts/check_examples.py" --build "$build"
 if [[ ${CI:-} == true ]]; then
   echo "test.sh: CI=true: the C++ tests under ASan + UBSan (scripts/sanitize.sh)"
   "$root/scripts/sanitize.sh"

@@ -29,7 +29,7 @@ def test_accuracy_sentence_compares_criticalkv_with_its_base():
     assert "snapkv 0.50" in below and "criticalkv(snapkv) 0.25" in below and "1.00" in below
     assert "below snapkv by 0.25" in below and "against the paper" in below
     assert "above snapkv by 0.50" in above and "as the paper finds" in above
-    assert "level with snapkv" in level
+    assert "level with snapkv" in level and "as the paper finds" not in level
     assert "20 %" in below and "4 records" in below
 
 
@@ -38,6 +38,7 @@ def test_caveat_names_a_small_quantised_model():
     big = W.caveat_sentence("Llama-3.1-8B", 1)
     assert "135M-parameter" in small and "Q4_1" in small and "4 records" in small
     assert "135M-parameter" not in big and "on 1 record," in big
+    assert "1 to 4 records" in W.caveat_sentence("SmolLM2-135M-Instruct.Q4_1", 1, 4)
 
 
 def test_below_window_only_where_half_the_budget_is_under_the_window():
@@ -73,6 +74,7 @@ def test_placebo_asked_versus_found():
     short = W.placebo_sentence(2, 1, 0.35, 0.64)
     full = W.placebo_sentence(2, 2, 0.35, 0.98)
     assert "2 asked for, 1 found" in short and "0.64" in short and "--match-tol" in short
+    assert "carries more" in short and "carries less" in W.placebo_sentence(2, 0, 0.25, 1.6)
     assert "2 of 2" in full
     assert W.placebo_sentence(0, 0, 0.25, 0.0) == ""
 
