@@ -3,9 +3,12 @@
     /usr/bin/python3 -m analysis.report [--bound bound.h5] [--check check.h5] [--mask mask.h5]
         [--dump dump.h5 [--attn LAYER,HEAD]] [--mask-pair BASE.h5 CRIT.h5] [--eval eval.h5] -o DIR
 
-writes DIR/report.md and DIR/figures/*.png|pdf. Every figure and table is captioned with
-the ckv command that produced its data (the file's provenance `command_line`), the model
-(with its sha256) and the ckv build (version, git commit).
+writes DIR/report.md and DIR/figures/*.png|pdf. The report opens with what was found, in
+sentences generated from the numbers (analysis/findings.py: whether the paper's claims hold
+on this model, with the caveats); each section then explains its figures' surprising
+features where the data has one. Every figure and table is captioned with the ckv command
+that produced its data (the file's provenance `command_line`), the model (with its sha256)
+and the ckv build (version, git commit).
 """
 from __future__ import annotations
 
@@ -13,10 +16,14 @@ import argparse
 import sys
 from pathlib import Path
 
+import json
+
 import matplotlib.pyplot as plt
+import numpy as np
 
 from . import figures as F
 from . import figures_eval as FE
+from . import findings as W
 from . import tables as T
 from .ckv_reader import SchemaError, open_ckv
 
@@ -40,7 +47,88 @@ def _figure(fig: F.Figure, out_dir: Path, lines: list):
     plt.close(fig.fig)
 
 
-def _eval_section(f, out_dir: Path, fig_dir: Path, lines: list):
+def _bound_numbers(f, crit: str, base: str) -> dict:
+    """What the prose of a criticalkv pair needs from a bound file: Table 9's rows, the
+    all-heads mean actual L1 and the relative reduction per budget, the kept counts."""
+    _, _, rows = T.table9(f, crit)
+    ix = f.metric_index("L1")
+    mm = np.stack([r.metrics_mean for r in f.records])   # [rec, method, budget, layer, head, metric]
+    L = f.mean_metric("L1")                                # [method, budget, layer, head]
+    lc, lb = L[f.method_index(crit)], L[f.method_index(base)]
+    return {"rows": rows, "labels": f.budget_labels,
+            "actual_all": [float(mm[:, f.method_index(crit), b, ..., ix].mean()) for b in range(len(rows))],
+            "reduction_pct": list(100 * (1 - lc.mean(axis=(1, 2)) / lb.mean(axis=(1, 2)))),
+            "kept": [int(min(r.budgets[b] for r in f.records)) for b in range(len(rows))],
+            "below": [f.below_window(b) > 0 for b in range(len(rows))],
+            "window": int(f.settings.get("window", 32) or 32)}
+
+
+def _bound_notes(n: dict) -> list:
+    """The surprising features of Table 9 and Figure 6, explained (analysis/findings.py)."""
+    rows = n["rows"]
+    key = [(r["heads"], round(r["actual_L1"], 12), round(r["our_bound_theta_hat"], 12),
+            round(r["prev_bound_theta_rel"], 12)) for r in rows]
+    notes = [W.below_window_sentence(n["labels"], n["kept"], n["window"], n["reduction_pct"]),
+             W.population_sentence(n["labels"], [r["heads"] for r in rows], [r["actual_L1"] for r in rows],
+                                   n["actual_all"]),
+             W.equal_rows_sentence(n["labels"], key, n["below"])]
+    return [s for s in notes if s]
+
+
+def _placebo(rec) -> dict:
+    p = rec.attrs.get("placebo")
+    return json.loads(p) if isinstance(p, str) and p else {}
+
+
+def _findings(files: dict, mask_pair) -> list:
+    """'What was found': the paper's claims against this run's numbers, then the caveat."""
+    out = []
+    bound = files.get("bound")
+    if bound is not None:
+        for crit, base in bound.base_pairs:
+            n = _bound_numbers(bound, crit, base)
+            bi = F._budget_index(bound, None)
+            out.append(W.head_share_sentence(crit, base, n["labels"][bi],
+                                             n["rows"][bi]["share_head_means_L_below_base"]))
+    ev = files.get("eval")
+    if ev is not None and ev.budgets:
+        acc = FE.accuracy_table(ev)
+        b = min(range(len(ev.budgets)), key=lambda i: abs(ev.budgets[i] - 0.2))
+        out.append(W.accuracy_sentence(ev.budgets[b], {m: acc[m][b] for m in ev.methods}, acc["full"],
+                                       len(ev.records)))
+    mask = files.get("mask")
+    if mask is not None:
+        p = _placebo(mask.records[0])
+        if p and int(p.get("found", 0)) < int(p.get("requested", 0)):
+            out.append(W.placebo_sentence(int(p["requested"]), int(p["found"]), float(p.get("tolerance", 0)),
+                                          float(p.get("best_ratio", float("nan")))))
+    any_file = next(iter(files.values()))
+    records = max(len(getattr(f, "records", []) or []) for f in files.values() if hasattr(f, "records")) \
+        if any(hasattr(f, "records") for f in files.values()) else 1
+    out.append(W.caveat_sentence(any_file.model, records))
+    return out
+
+
+def _protocol_note(eval_file, mask_pair_files) -> str:
+    if eval_file is None or not mask_pair_files:
+        return ""
+    acc = FE.accuracy_table(eval_file)
+    budget = str(mask_pair_files[0].settings.get("budget", "?"))
+    try:
+        b = min(range(len(eval_file.budgets)), key=lambda i: abs(eval_file.budgets[i] - float(budget)))
+        eval_acc = {m: acc[m][b] for m in eval_file.methods}
+    except ValueError:
+        eval_acc = {}
+    logp = {}
+    for m in mask_pair_files:
+        rec = m.records[0]
+        logp[m.method] = (float(rec.runs["target"].attrs.get("logp_answer", float("nan"))),
+                          float(rec.attrs.get("logp_answer_full", float("nan"))))
+    return W.protocol_sentence(len(mask_pair_files[0].records), budget, len(eval_file.records),
+                               str(eval_file.settings.get("compress", "context")), logp, eval_acc)
+
+
+def _eval_section(f, out_dir: Path, fig_dir: Path, lines: list, note: str = ""):
     """`ckv eval`: accuracy per method x budget (table and Figure 2's layout), and the change
     of log p(answer) against mean L1 with Spearman's rho per method."""
     lines += ["## Answers under eviction (`ckv eval`)", "", _provenance(f)]
@@ -56,6 +144,8 @@ def _eval_section(f, out_dir: Path, fig_dir: Path, lines: list):
         lines.append(f"| {m} | " + " | ".join(f"{a:.3f}" for a in acc[m])
                      + f" | {rho:.3f} | {pairs[m][0].size} |")
     lines.append("")
+    if note:
+        lines += [note, ""]
     _figure(FE.accuracy_vs_budget(f, fig_dir), out_dir, lines)
     _figure(FE.logp_vs_l1(f, fig_dir), out_dir, lines)
 
@@ -81,6 +171,10 @@ def write_report(out_dir, bound=None, check=None, mask=None, dump=None, attn=Non
     models = sorted({f.model for _, f in files})
     lines += [f"Model: {', '.join(models)}. Generated by `python3 -m analysis.report` from "
               f"{len(files)} ckv output(s).", ""]
+    pair_files = [open_ckv(p) for p in mask_pair] if mask_pair else []
+    eval_f = next((f for k, f in files if k == "eval"), None)
+    protocol = _protocol_note(eval_f, pair_files)
+    lines += ["## What was found", ""] + [" ".join(_findings(dict(files), mask_pair)), ""]
     for kind, f in files:
         if kind == "bound":
             lines += ["## Perturbation bounds (`ckv bound`)", "", _provenance(f)]
@@ -93,6 +187,9 @@ def write_report(out_dir, bound=None, check=None, mask=None, dump=None, attn=Non
                           "records is lower (the paper's Figure 4), then per record; * budget "
                           "below the snapkv window.", "",
                           T.to_markdown(rows)]
+                notes = _bound_notes(_bound_numbers(f, crit, base))
+                if notes:
+                    lines += [" ".join(notes), ""]
                 fig = F.reduction_heatmap(f, fig_dir, crit)
                 _figure(fig, out_dir, lines)
                 label = f.budget_labels[F._budget_index(f, None)]
@@ -120,6 +217,11 @@ def write_report(out_dir, bound=None, check=None, mask=None, dump=None, attn=Non
                              f"| {float(a.get('logp_answer', float('nan'))):.3f} |")
             lines += ["", f"Unmasked log p(answer {rec.attrs.get('answer', '')!r}) = "
                       f"{float(rec.attrs.get('logp_answer_full', float('nan'))):.3f}.", ""]
+            p = _placebo(rec)
+            if p:
+                lines += [W.placebo_sentence(int(p.get("requested", 0)), int(p.get("found", 0)),
+                                             float(p.get("tolerance", 0)),
+                                             float(p.get("best_ratio", float("nan")))), ""]
             _figure(F.propagated(f, fig_dir), out_dir, lines)
         elif kind == "dump":
             lines += ["## Attention over positions (`ckv dump`)", "", _provenance(f)]
@@ -135,14 +237,14 @@ def write_report(out_dir, bound=None, check=None, mask=None, dump=None, attn=Non
             _figure(fig, out_dir, lines)
             f.close()
         elif kind == "eval":
-            _eval_section(f, out_dir, fig_dir, lines)
+            _eval_section(f, out_dir, fig_dir, lines, protocol)
     if mask_pair:
-        base_m, crit_m = (open_ckv(p) for p in mask_pair)
+        base_m, crit_m = pair_files
         lines += ["## Per-layer reduction, isolated and propagated (Figure 5)", "",
                   "Isolated: `ckv bound` evicts one layer at a time from the unmasked pass. "
                   "Propagated: `ckv mask --method M --budget B` selects and evicts in every "
                   "layer of one masked pass, so each layer sees the earlier layers' eviction.",
-                  "", _provenance(base_m), _provenance(crit_m),
+                  "", *([protocol, ""] if protocol else []), _provenance(base_m), _provenance(crit_m),
                   "| --method | KL(full ‖ masked) | top-1 agree | log p(answer) masked / full |",
                   "|---|---:|---|---:|"]
         for m in (base_m, crit_m):

@@ -11,7 +11,7 @@
 // before the kernel ends, and copy_to_host() + synchronize() collect the result.
 // Every CUDA or cuBLAS failure throws ckv::DeviceError naming the call, file and line
 // (out of memory: the size asked for and what is free): one `ckv: error:` line.
-// Shapes use STYLE.md's vocabulary; every pointer below is a device pointer unless named
+// Shapes use docs/MATH.md §0 vocabulary; every pointer below is a device pointer unless named
 // `host`.
 #include <cstddef>
 #include <cstdint>

@@ -25,7 +25,7 @@ namespace {
 constexpr float kScale = 2.0f;  // the inputs' spread where a test names none
 
 // fp32 on both sides; the GPU's reduction order differs from Eigen's, so the tolerance is
-// relative to the output's largest magnitude (STYLE.md: fp32 around 1e-5 relative).
+// relative to the output's largest magnitude (docs/MATH.md §0: fp32 around 1e-5 relative).
 constexpr double kFp32RelTolerance = 1e-5;
 
 double relative_error(const Tensor& gpu, const Tensor& cpu) {

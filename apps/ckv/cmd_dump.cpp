@@ -23,6 +23,7 @@
 #include "core/thread_pool.h"
 #include "dump_timing.h"
 #include "output/batch_output.h"
+#include "output/describe.h"
 #include "output/dump_schema.h"
 #include "data/records.h"
 #include "layer_queue.h"
@@ -188,6 +189,7 @@ struct Run {
     }
     const auto n = static_cast<int64_t>(meta.tokens.size());
     const std::string name = fmt::format("record \"{}\"", meta.id);
+    meta.token_text = token_texts(model.tokenizer.get(), meta.tokens);
     const bool rows_needed = settings.what.attn || settings.what.attn_out;
     if (rows_needed) {
       meta.attn_rows = attention_rows(o.attn_rows, o.window, window_given, meta.context_end, n, name);
@@ -251,7 +253,7 @@ RecordMeta record_meta(const DumpOptions& o, const Model& model, const InputReco
     fail<InputError>("{}:{}: {} tokens, longer than the model's context of {}", o.input_jsonl, r.line,
                      p.tokens.size(), model.config.context_length);
   return {.id = r.id, .index = r.index, .line = r.line, .context = r.context, .question = r.question,
-          .answer = r.answer, .tokens = std::move(p.tokens), .context_end = p.context_end,
+          .answer = r.answer, .tokens = std::move(p.tokens), .token_text = {}, .context_end = p.context_end,
           .token_spans = std::move(p.token_spans), .attn_rows = {}};
 }
 

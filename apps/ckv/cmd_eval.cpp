@@ -1,7 +1,7 @@
 // ckv eval: answers under eviction with a KV cache, record by record, beside the measured
 // perturbation (docs/EVAL.md). Per record: the full cache and every method x budget
 // (analysis/cache_eval.h), each decoded greedily and scored as the record's task defines
-// (analysis/answer_score.h); HDF5 + CSV + JSON (output/eval_schema.h) with shards, --resume and
+// (data/answer_score.h); HDF5 + CSV + JSON (output/eval_schema.h) with shards, --resume and
 // `ckv merge`; a console table of accuracy per method x budget (the paper's Figure 2).
 #include <cctype>
 #include <filesystem>
@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "analysis/answer_score.h"
+#include "data/answer_score.h"
 #include "analysis/cache_eval.h"
 #include "common.h"
 #include "core/atomic_file.h"
@@ -21,6 +21,7 @@
 #include "core/thread_pool.h"
 #include "output/batch_output.h"
 #include "output/dump_schema.h"
+#include "output/describe.h"
 #include "output/eval_schema.h"
 #include "method_options.h"
 #include "model/forward.h"
@@ -155,6 +156,8 @@ void run_eval(const EvalOptions& o, const GlobalOptions& g) {
       rec.task = r.task;
       rec.answers = r.answers;
       rec.prompt = p.tokens;
+      rec.prompt_text = token_texts(model.tokenizer.get(), p.tokens);
+      rec.decoded_text = [&](const std::vector<int32_t>& ids) { return token_texts(model.tokenizer.get(), ids); };
       rec.answer_ids = answer_ids(r, *model.tokenizer, !o.no_answer_space);
       rec.result = evaluate_with_cache(fwd, model,
                                        {.id = r.id, .prompt = p.tokens, .context_end = p.context_end,

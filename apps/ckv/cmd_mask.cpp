@@ -1,4 +1,4 @@
-// ckv mask: propagated eviction by -inf logit masking (MATH.md §2, §6; docs/MASK.md). One
+// ckv mask: propagated eviction by -inf logit masking (docs/MATH.md §2, §6; docs/MASK.md). One
 // unmasked forward pass and one masked pass per eviction (the target, then each placebo),
 // captured at the evaluation rows (the question, positions >= c) and compared layer by
 // layer; next-token KL, top-1 agreement, the gold answer's log-probability and a greedy
@@ -24,6 +24,7 @@
 #include "core/thread_pool.h"
 #include "output/batch_output.h"
 #include "output/dump_schema.h"
+#include "output/describe.h"
 #include "output/mask_schema.h"
 #include "data/records.h"
 #include "model/forward.h"
@@ -103,6 +104,9 @@ class MaskJob {
   MaskJob(const MaskOptions& o, const Model& model, Forward& fwd, ThreadPool& pool)
       : o_(o), model_(model), fwd_(fwd), pool_(pool) {}
 
+  // Placebo spans asked for and found, over the records run so far.
+  std::pair<int64_t, int64_t> placebo_counts() const { return {placebos_requested_, placebos_found_}; }
+
   MaskRecord run(const Prepared& p) {
     const ModelConfig& cf = model_.config;
     const auto prompt_len = static_cast<int64_t>(p.prompt.size());
@@ -123,6 +127,7 @@ class MaskJob {
       answer_ids = model_.tokenizer->encode((space ? " " : "") + *p.answer, false);
       rec.tokens.insert(rec.tokens.end(), answer_ids.begin(), answer_ids.end());
     }
+    rec.token_text = token_texts(model_.tokenizer.get(), rec.tokens);
     for (int64_t i = p.c; i < prompt_len; ++i) rec.eval_rows.push_back(i);
     std::vector<int64_t> logit_rows;
     for (int64_t i = prompt_len - 1; i < static_cast<int64_t>(rec.tokens.size()) - 1 || i == prompt_len - 1; ++i)
@@ -277,10 +282,18 @@ class MaskJob {
     rec.placebo = {{"requested", o_.placebo}, {"found", found.spans.size()}, {"candidates", found.candidates},
                    {"searched", found.searched}, {"tolerance", o_.match_tol}, {"seed", o_.seed},
                    {"best_ratio", found.best_ratio}, {"length", length}};
-    if (found.spans.empty())
-      fail<InputError>("record \"{}\": no placebo span of {} tokens within --match-tol {} of the target's "
-                       "Delta_theta ({} candidates searched, closest ratio {:.3f})", rec.id, length,
-                       o_.match_tol, found.searched, found.best_ratio);
+    // Too few within tolerance is a note on the record, not a failed batch: the record keeps
+    // the placebos that matched (maybe none) and the console says how to widen the match.
+    placebos_requested_ += o_.placebo;
+    placebos_found_ += static_cast<int64_t>(found.spans.size());
+    if (static_cast<int64_t>(found.spans.size()) < o_.placebo) {
+      const std::string note = fmt::format(
+          "{} of {} placebo spans of {} tokens found within --match-tol {} of the target's Delta_theta "
+          "({} candidates searched, closest ratio {:.3f}); a larger --match-tol or a smaller --placebo "
+          "finds more", found.spans.size(), o_.placebo, length, o_.match_tol, found.searched, found.best_ratio);
+      rec.placebo["note"] = note;
+      fmt::print(stderr, "ckv mask: note: record \"{}\": {}\n", rec.id, note);
+    }
     const ModelConfig& cf = model_.config;
     for (size_t k = 0; k < found.spans.size(); ++k) {
       MaskRun run;
@@ -296,6 +309,7 @@ class MaskJob {
 
   const MaskOptions& o_;
   std::optional<MethodMask> method_, compare_;  // --method, --compare
+  int64_t placebos_requested_ = 0, placebos_found_ = 0;
   const Model& model_;
   Forward& fwd_;
   ThreadPool& pool_;
@@ -445,6 +459,10 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
   }
   out.commit();
   if (csv_out) csv_out->commit();
+  if (const auto [asked, found] = job.placebo_counts(); found < asked)
+    fmt::print(stderr, "ckv mask: note: {} of {} placebo spans found within --match-tol {} (each record's "
+               "attribute \"placebo\" says how many it has); a larger --match-tol widens the match\n",
+               found, asked, o.match_tol);
   if (!g.quiet && (skipped > 0 || !shard.is_whole()))
     fmt::print("{}: {} records written, {} already complete (shard {})\n", o.out, written, skipped, shard.to_string());
 }

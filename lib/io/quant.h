@@ -1,6 +1,6 @@
 #pragma once
 // Conversion of stored element types to float32: F16, BF16 and the ggml block formats
-// (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K; layouts in ../shared/spec/MODELS.md and ggml-common.h).
+// (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K; layouts in docs/MODELS.md and ggml-common.h).
 #include <cstddef>
 #include <cstdint>
 #include <span>

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "output/provenance.h"
 #include "output/batch_output.h"
+#include "output/describe.h"
 
 namespace ckv {
 
@@ -20,6 +21,32 @@ MetricRow query_mean(const LayerResult& r, int64_t method, int64_t budget, int64
   return mean;
 }
 
+namespace {
+
+// settings["budgets"] ("0.1,0.2" or "10%,20%") as fractions; none with --keep or no text.
+std::vector<double> budget_fractions_of(const nlohmann::json& settings) {
+  std::vector<double> out;
+  if (settings.value("keep", int64_t{0}) > 0 || !settings.contains("budgets") || !settings["budgets"].is_string())
+    return out;
+  const std::string text = settings["budgets"].get<std::string>();
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    std::string item = text.substr(start, end - start);
+    const bool percent = !item.empty() && item.back() == '%';
+    if (percent) item.pop_back();
+    try {
+      if (!item.empty()) out.push_back(std::stod(item) / (percent ? 100.0 : 1.0));
+    } catch (const std::exception&) {
+      return {};  // not a list of numbers: the settings' text stays the only record
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 BoundFile BoundFile::create(const std::filesystem::path& path, const Provenance& provenance,
                             const std::string& kind, const std::vector<std::string>& labels,
                             const nlohmann::json& settings) {
@@ -32,6 +59,10 @@ BoundFile BoundFile::create(const std::filesystem::path& path, const Provenance&
   std::vector<std::string> metrics(kMetricNames.begin(), kMetricNames.end());
   file.set_attr_strings("metrics", metrics);
   file.set_attr_json("settings", settings);
+  // The budgets as numbers beside the settings' text: fractions of the context (empty with
+  // --keep, whose count is `budget_keep`); each record's `budgets` holds the kept counts.
+  file.set_attr_doubles("budget_fractions", budget_fractions_of(settings));
+  if (settings.value("keep", int64_t{0}) > 0) file.set_attr_int("budget_keep", settings.value("keep", int64_t{0}));
   return BoundFile(std::move(file));
 }
 
@@ -88,16 +119,22 @@ void BoundFile::write_record(const BoundRecord& rec) {
   const h5::DatasetOptions chunked{.chunk = {1, 1, nl, nh, nq, nk}};
   h5::Dataset ds = g.create_dataset("metrics", h5::DType::F64, {nm, nb, nl, nh, nq, nk}, chunked);
   ds.set_dims({"method", "budget", "layer", "head", "query", "metric"});
+  describe(ds, "per evaluation query: each metric (root attribute `metrics` names them) of evicting "
+               "per method (root `methods` or `alphas`) and budget (record attribute `budgets`: kept "
+               "entries; root `budget_fractions`)");
   ds.write(metrics);
   ds = g.create_dataset("metrics_mean", h5::DType::F64, {nm, nb, nl, nh, nk});
   ds.set_dims({"method", "budget", "layer", "head", "metric"});
+  describe(ds, "the metrics averaged over the evaluation queries (axis `query` of `metrics`)");
   ds.write(means);
   ds = g.create_dataset("kept_mask", h5::DType::U8, {nm, nb, nl, ng, c},
                         {.chunk = {1, 1, nl, ng, c}, .gzip_level = 4, .shuffle = false});
   ds.set_dims({"method", "budget", "layer", "kv_head", "pos"});
+  describe(ds, "1 where the method keeps the context position in the KV head's cache, 0 where it evicts it");
   ds.write(kept);
   ds = g.create_dataset("kept_count", h5::DType::I64, {nm, nb, nl, ng});
   ds.set_dims({"method", "budget", "layer", "kv_head"});
+  describe(ds, "kept context entries per KV head (the sum of `kept_mask` over `pos`)", "entries");
   ds.write(counts);
   finish_record_group(file_, g);
 }

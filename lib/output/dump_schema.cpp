@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "output/provenance.h"
 #include "output/batch_output.h"
+#include "output/describe.h"
 #include "model/model.h"
 
 namespace ckv {
@@ -106,11 +107,21 @@ nlohmann::json DumpSettings::to_json() const {
 
 // ---- RecordWriter -------------------------------------------------------------------
 
-h5::Group RecordWriter::layer(int64_t l) { return group_.require_group(fmt::format("layers/{}", l)); }
+// Layer groups are named by number ("0", "1", ..., "10"), which HDF5 lists in string order:
+// sorted(g["layers"], key=int) lists them in layer order (the group's description says so).
+h5::Group RecordWriter::layer(int64_t l) {
+  if (!group_.is_group("layers")) {
+    h5::Group layers = group_.require_group("layers");
+    describe(layers, "one group per recorded layer, named by its index; list them in order with "
+                     "sorted(group, key=int)");
+  }
+  return group_.require_group(fmt::format("layers/{}", l));
+}
 
 void RecordWriter::write_selected(h5::Group& g, const std::string& name, const Tensor& x,
                                   const std::vector<int64_t>& index,
-                                  const std::vector<std::string>& dims) {
+                                  const std::vector<std::string>& dims, std::string_view description,
+                                  std::string_view unit) {
   std::vector<int64_t> shape = x.shape();
   const int64_t stride = x.numel() / shape.at(0);
   shape[0] = static_cast<int64_t>(index.size());
@@ -120,6 +131,7 @@ void RecordWriter::write_selected(h5::Group& g, const std::string& name, const T
   opt.shuffle = settings_->gzip_level > 0;
   h5::Dataset ds = g.create_dataset(name, settings_->dtype, shape, opt);
   ds.set_dims(dims);
+  describe(ds, description, unit);
   for (size_t i = 0; i < index.size(); ++i)
     ds.write_index(static_cast<int64_t>(i), x.data() + index[i] * stride, static_cast<size_t>(stride));
 }
@@ -127,27 +139,34 @@ void RecordWriter::write_selected(h5::Group& g, const std::string& name, const T
 void RecordWriter::write_qkv(int64_t l, const Tensor& q, const Tensor& k, const Tensor& v) {
   h5::Group g = layer(l);
   const std::vector<int64_t> kv = settings_->kv_heads(group_size_);
-  if (settings_->what.q) write_selected(g, "q", q, settings_->heads, {"head", "pos", "d_head"});
-  if (settings_->what.k) write_selected(g, "k", k, kv, {"kv_head", "pos", "d_head"});
-  if (settings_->what.v) write_selected(g, "v", v, kv, {"kv_head", "pos", "d_head"});
+  if (settings_->what.q)
+    write_selected(g, "q", q, settings_->heads, {"head", "pos", "d_head"}, "queries after RoPE, per selected head");
+  if (settings_->what.k)
+    write_selected(g, "k", k, kv, {"kv_head", "pos", "d_head"}, "keys after RoPE, per KV head of the selected heads");
+  if (settings_->what.v) write_selected(g, "v", v, kv, {"kv_head", "pos", "d_head"}, "values, per KV head");
 }
 
 void RecordWriter::write_nu(int64_t l, const Tensor& nu_l1, const Tensor& nu_l2) {
   h5::Group g = layer(l);
   std::vector<int64_t> all(settings_->heads.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-  if (!nu_l1.empty()) write_selected(g, "nu_l1", nu_l1, all, {"head", "pos"});
-  if (!nu_l2.empty()) write_selected(g, "nu_l2", nu_l2, all, {"head", "pos"});
+  if (!nu_l1.empty())
+    write_selected(g, "nu_l1", nu_l1, all, {"head", "pos"}, "value norm nu = ||v W_O^h||_1 of each position, per head");
+  if (!nu_l2.empty())
+    write_selected(g, "nu_l2", nu_l2, all, {"head", "pos"}, "value norm ||v W_O^h||_2 of each position, per head");
 }
 
 void RecordWriter::write_attention(int64_t l, const Tensor& probs) {
   h5::Group g = layer(l);
-  write_selected(g, "attn", probs, settings_->heads, {"head", "row", "pos"});
+  write_selected(g, "attn", probs, settings_->heads, {"head", "row", "pos"},
+                 "attention probabilities of the recorded query rows (record dataset `attn_rows`) over positions",
+                 "probability");
 }
 
 void RecordWriter::write_head_out(int64_t l, const Tensor& head_out) {
   h5::Group g = layer(l);
-  write_selected(g, "attn_out", head_out, settings_->heads, {"head", "row", "d_model"});
+  write_selected(g, "attn_out", head_out, settings_->heads, {"head", "row", "d_model"},
+                 "each head's output projected by its slice of W_O, at the recorded rows");
 }
 
 void RecordWriter::write_resid(int64_t l, const Tensor& resid) {
@@ -158,6 +177,7 @@ void RecordWriter::write_resid(int64_t l, const Tensor& resid) {
   opt.shuffle = settings_->gzip_level > 0;
   h5::Dataset ds = g.create_dataset("resid", settings_->dtype, resid.shape(), opt);
   ds.set_dims({"pos", "d_model"});
+  describe(ds, "the residual stream after the layer");
   ds.write(std::vector<float>(resid.data(), resid.data() + resid.numel()));
 }
 
@@ -166,6 +186,7 @@ void RecordWriter::write_logits_last(std::span<const float> logits) {
   h5::Dataset ds = group_.create_dataset("logits_last", h5::DType::F32,
                                          {static_cast<int64_t>(logits.size())});
   ds.set_dims({"vocab"});
+  describe(ds, "next-token logits at the last position", "logit");
   ds.write(std::vector<float>(logits.begin(), logits.end()));
 }
 
@@ -194,6 +215,7 @@ DumpFile DumpFile::create(const std::filesystem::path& path, const Provenance& p
       // float32 always, contiguous: the exact weights that nu was computed from.
       h5::Dataset ds = file.create_dataset(fmt::format("model/layers/{}/W_O", l), h5::DType::F32, wo.shape());
       ds.set_dims({"d_model", "head_d_head"});
+      describe(ds, "the layer's attention output projection W_O (float32), as nu was computed from");
       ds.write(std::vector<float>(wo.data(), wo.data() + wo.numel()));
     }
   }
@@ -301,10 +323,13 @@ RecordWriter DumpFile::begin_record(const RecordMeta& meta) {
   g.set_attr_json("spans", spans_json(meta.token_spans));
   h5::Dataset tokens = g.create_dataset("tokens", h5::DType::I32, {static_cast<int64_t>(meta.tokens.size())});
   tokens.set_dims({"pos"});
+  describe(tokens, "token ids of the prompt; attribute token_text: them as text");
+  set_token_text(tokens, meta.token_text);
   tokens.write(meta.tokens);
   if (!meta.attn_rows.empty()) {
     h5::Dataset rows = g.create_dataset("attn_rows", h5::DType::I32, {static_cast<int64_t>(meta.attn_rows.size())});
     rows.set_dims({"row"});
+    describe(rows, "the positions of the query rows recorded in attn and attn_out");
     rows.write(to_i32(meta.attn_rows));
   }
   return RecordWriter(std::move(g), settings_, group_size_);

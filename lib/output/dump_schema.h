@@ -68,6 +68,7 @@ struct RecordMeta {
   std::optional<std::string> question;
   std::optional<std::string> answer;
   std::vector<int32_t> tokens;          // [pos]
+  std::vector<std::string> token_text;  // [pos] or empty: each token as text (token_texts)
   int64_t context_end = 0;              // c
   NamedSpans token_spans;
   std::vector<int64_t> attn_rows;       // [row] query rows of attn / attn_out
@@ -92,8 +93,10 @@ class RecordWriter {
       : group_(std::move(group)), settings_(&settings), group_size_(group_size) {}
   h5::Group layer(int64_t l);
   // Stores rows `index` of the first dimension of x ([n, rest...]) as [index.size(), rest...].
+  // `description` (and `unit` when not empty) become the dataset's attributes (describe.h).
   void write_selected(h5::Group& g, const std::string& name, const Tensor& x,
-                      const std::vector<int64_t>& index, const std::vector<std::string>& dims);
+                      const std::vector<int64_t>& index, const std::vector<std::string>& dims,
+                      std::string_view description, std::string_view unit = {});
 
   h5::Group group_;
   const DumpSettings* settings_;

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "output/provenance.h"
 #include "output/batch_output.h"
+#include "output/describe.h"
 
 namespace ckv {
 
@@ -20,11 +21,19 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 template <typename T>
-void put(h5::Group& g, const std::string& name, h5::DType type, const std::vector<int64_t>& shape,
-         const std::vector<T>& data, const std::vector<std::string>& dims) {
+h5::Dataset put(h5::Group& g, const std::string& name, h5::DType type, const std::vector<int64_t>& shape,
+                const std::vector<T>& data, const std::vector<std::string>& dims, std::string_view description,
+                std::string_view unit = {}) {
   h5::Dataset d = g.create_dataset(name, type, shape);
   d.write(data);
   d.set_dims(dims);
+  describe(d, description, unit);
+  return d;
+}
+
+// "full cache" or "snapkv 20%": what a run group's number stands for.
+std::string run_label(const CacheEvalRun& run, size_t k) {
+  return k == 0 ? std::string("full cache") : fmt::format("{} {:g}%", run.method, 100 * run.fraction);
 }
 
 nlohmann::json scores_json(const AnswerScores& s) {
@@ -50,7 +59,7 @@ AnswerScores scores_from_json(const nlohmann::json& j) {
 }
 
 void write_run(h5::Group& runs, size_t k, const CacheEvalRun& run, const std::optional<AnswerScores>& scores,
-               int64_t n_layer, int64_t n_head, int64_t n_kv_head) {
+               const std::vector<std::string>& token_text, int64_t n_layer, int64_t n_head, int64_t n_kv_head) {
   h5::Group g = runs.create_group(std::to_string(k));
   g.set_attr_string("method", run.method);
   g.set_attr_double("fraction", run.fraction);
@@ -67,13 +76,20 @@ void write_run(h5::Group& runs, size_t k, const CacheEvalRun& run, const std::op
   g.set_attr_string("text", run.decoded.text);
   g.set_attr_string("stop", run.decoded.stop);
   if (scores) g.set_attr_json("scores", scores_json(*scores));
-  put(g, "tokens", h5::DType::I32, {static_cast<int64_t>(run.decoded.tokens.size())}, run.decoded.tokens, {"token"});
-  put(g, "kept", h5::DType::I64, {n_layer, n_kv_head}, run.kept_per_head, {"layer", "kv_head"});
+  g.set_attr_string("label", run_label(run, k));
+  h5::Dataset tokens = put(g, "tokens", h5::DType::I32, {static_cast<int64_t>(run.decoded.tokens.size())},
+                           run.decoded.tokens, {"token"},
+                           "token ids decoded greedily under this run's cache (attribute `text`: them as text)");
+  set_token_text(tokens, token_text);
+  put(g, "kept", h5::DType::I64, {n_layer, n_kv_head}, run.kept_per_head, {"layer", "kv_head"},
+      "entries kept in each layer's KV-head cache", "entries");
   std::vector<float> l1 = run.l1, l2 = run.l2;
   if (l1.empty()) l1.assign(static_cast<size_t>(n_layer * n_head), 0.0f);  // the full cache: nothing evicted
   if (l2.empty()) l2.assign(static_cast<size_t>(n_layer * n_head), 0.0f);
-  put(g, "l1", h5::DType::F32, {n_layer, n_head}, l1, {"layer", "head"});
-  put(g, "l2", h5::DType::F32, {n_layer, n_head}, l2, {"layer", "head"});
+  put(g, "l1", h5::DType::F32, {n_layer, n_head}, l1, {"layer", "head"},
+      "L1 norm of the change of each head's output at the first decoded row, this cache against the full one "
+      "(0 for the full cache)");
+  put(g, "l2", h5::DType::F32, {n_layer, n_head}, l2, {"layer", "head"}, "L2 norm of the same change");
 }
 
 [[noreturn]] void bad(const h5::Object& o, const std::string& what) {
@@ -136,28 +152,41 @@ void EvalFile::write_record(const EvalRecord& r) {
                 n_kv_head = file_.attr_int("n_kv_head");
   h5::Group g = begin_record_group(file_, r.id, r.index);
   g.set_attr_int("n", r.result.n);
-  g.set_attr_int("c", r.result.c);
+  g.set_attr_int("context_end", r.result.c);
   g.set_attr_int("question_start", r.result.question_start);
   g.set_attr_int("first_token", r.result.first_token);
   g.set_attr_string("task", std::string(answer_task_name(r.task)));
   g.set_attr_json("answers", r.answers);
-  put(g, "prompt", h5::DType::I32, {static_cast<int64_t>(r.prompt.size())}, r.prompt, {"pos"});
-  put(g, "answer_ids", h5::DType::I32, {static_cast<int64_t>(r.answer_ids.size())}, r.answer_ids, {"token"});
+  h5::Dataset tokens = put(g, "tokens", h5::DType::I32, {static_cast<int64_t>(r.prompt.size())}, r.prompt, {"pos"},
+                           "token ids of the prompt (context, then question); attribute token_text: them as text");
+  set_token_text(tokens, r.prompt_text);
+  put(g, "answer_ids", h5::DType::I32, {static_cast<int64_t>(r.answer_ids.size())}, r.answer_ids, {"token"},
+      "token ids of the reference answer, whose log-probability each run reports");
   h5::Group runs = g.create_group("runs");
-  write_run(runs, 0, r.result.full, r.scores.empty() ? std::nullopt : r.scores[0], n_layer, n_head, n_kv_head);
-  for (size_t k = 0; k < r.result.runs.size(); ++k)
-    write_run(runs, k + 1, r.result.runs[k], k + 1 < r.scores.size() ? r.scores[k + 1] : std::nullopt, n_layer,
-              n_head, n_kv_head);
+  describe(runs, "one group per run, numbered in the order run: 0 the full cache, then method x budget; each "
+                 "group's attribute `label` names it, the record's `run_labels` lists them in order");
+  std::vector<std::string> labels{run_label(r.result.full, 0)};
+  const auto texts = [&](const CacheEvalRun& run) {
+    return r.decoded_text ? r.decoded_text(run.decoded.tokens) : std::vector<std::string>{};
+  };
+  write_run(runs, 0, r.result.full, r.scores.empty() ? std::nullopt : r.scores[0], texts(r.result.full), n_layer,
+            n_head, n_kv_head);
+  for (size_t k = 0; k < r.result.runs.size(); ++k) {
+    write_run(runs, k + 1, r.result.runs[k], k + 1 < r.scores.size() ? r.scores[k + 1] : std::nullopt,
+              texts(r.result.runs[k]), n_layer, n_head, n_kv_head);
+    labels.push_back(run_label(r.result.runs[k], k + 1));
+  }
+  g.set_attr_strings("run_labels", labels);
   finish_record_group(file_, g);
 }
 
 void check_eval_schema(const h5::File& file) { check_schema(file, kEvalSchema, kEvalSchemaVersion, "ckv eval output"); }
 
 void check_eval_record(const h5::Group& r, int64_t n_layer, int64_t n_head, int64_t n_kv_head) {
-  for (const char* a : {"n", "c", "question_start", "first_token", "task", "answers"}) need(r, a);
-  const int64_t n = r.attr_int("n"), c = r.attr_int("c");
-  if (n < 1 || c < 1 || c > n) bad(r, fmt::format("n {} and c {} are inconsistent", n, c));
-  need_dataset(r, "prompt", h5::DType::I32, {n});
+  for (const char* a : {"n", "context_end", "question_start", "first_token", "task", "answers"}) need(r, a);
+  const int64_t n = r.attr_int("n"), c = r.attr_int("context_end");
+  if (n < 1 || c < 1 || c > n) bad(r, fmt::format("n {} and context_end {} are inconsistent", n, c));
+  need_dataset(r, "tokens", h5::DType::I32, {n});
   need_dataset(r, "answer_ids", h5::DType::I32, {-1});
   if (!parse_answer_task(r.attr_string("task")) && r.attr_string("task") != "none")
     bad(r, fmt::format("task \"{}\" unknown", r.attr_string("task")));

@@ -1,5 +1,5 @@
 #pragma once
-// Outputs of `ckv eval` (schema "ckv.eval" version 1, docs/EVAL.md): an HDF5 file written
+// Outputs of `ckv eval` (schema "ckv.eval" version 2, docs/EVAL.md): an HDF5 file written
 // record by record (batch_output.h: shards, --resume, `ckv merge`), and the tidy CSV (one
 // row per record x run) and JSON summary (accuracy per method x budget, the rank
 // correlation of perturbation and answer quality) regenerated from it, so a resumed run and
@@ -7,10 +7,11 @@
 //
 //   /                       attrs: batch root (batch_output.h), settings (JSON), methods,
 //                           budgets (fractions), n_layer, n_head, n_kv_head
-//   /records/<id>           attrs: index, complete, n, c, question_start, first_token, task,
-//                           answers (JSON list); datasets prompt [n] i32, answer_ids [m] i32
+//   /records/<id>           attrs: index, complete, n, context_end, question_start, first_token,
+//                           task, answers (JSON list), run_labels; datasets tokens [n] i32
+//                           (attr token_text), answer_ids [m] i32
 //   /records/<id>/runs/<k>  k = 0 the full cache, then methods x budgets (methods outer);
-//                           attrs: method, fraction, budget, kept_entries, first_row, kl,
+//                           attrs: label, method, fraction, budget, kept_entries, first_row, kl,
 //                           top1_agree, top1_full, top1_run, mean_l1, mean_l2, logp_answer
 //                           (NaN without an answer), text, stop, scores (JSON, when the
 //                           record has a task); datasets tokens [t] i32, kept [n_layer,
@@ -25,7 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/answer_score.h"
+#include "data/answer_score.h"
 #include "analysis/cache_eval.h"
 #include "io/h5.h"
 
@@ -34,7 +35,9 @@ namespace ckv {
 struct Provenance;
 
 inline constexpr const char* kEvalSchema = "ckv.eval";
-inline constexpr int64_t kEvalSchemaVersion = 1;
+// 2: the record's `c` and `prompt` became `context_end` and `tokens` (the names of the other
+// schemas); version 1 files are refused by ckv (rerun `ckv eval`) and read by analysis/ckv_reader.py.
+inline constexpr int64_t kEvalSchemaVersion = 2;
 
 struct EvalRecord {
   std::string id;
@@ -42,6 +45,9 @@ struct EvalRecord {
   AnswerTask task = AnswerTask::None;
   std::vector<std::string> answers;
   std::vector<int32_t> prompt, answer_ids;
+  std::vector<std::string> prompt_text;  // [prompt] or empty: each prompt token as text (token_texts)
+  // Each decoded token as text (token_texts over the model's tokenizer); unset: no text stored.
+  std::function<std::vector<std::string>(const std::vector<int32_t>&)> decoded_text;
   CacheEvalResult result;
   // [1 + runs] the full cache's scores, then each run's (set when task is not None).
   std::vector<std::optional<AnswerScores>> scores;

@@ -7,17 +7,21 @@
 #include "core/error.h"
 #include "output/provenance.h"
 #include "output/batch_output.h"
+#include "output/describe.h"
 
 namespace ckv {
 
 namespace {
 
 template <typename T>
-void put(h5::Group& g, const std::string& name, h5::DType type, const std::vector<int64_t>& shape,
-         const std::vector<T>& data, const std::vector<std::string>& dims) {
+h5::Dataset put(h5::Group& g, const std::string& name, h5::DType type, const std::vector<int64_t>& shape,
+                const std::vector<T>& data, const std::vector<std::string>& dims, std::string_view description,
+                std::string_view unit = {}) {
   h5::Dataset d = g.create_dataset(name, type, shape);
   d.write(data);
   d.set_dims(dims);
+  describe(d, description, unit);
+  return d;
 }
 
 // [n_layer, ...] from one vector per layer, picked by `field`.
@@ -44,22 +48,29 @@ struct Named {
   const char* name;
   std::vector<double> LayerMaskMetrics::*field;
   bool per_head;
+  const char* description;
+  const char* unit = "";
 };
 // Every per-row measurement, with the name it has in the HDF5 file and the CSV.
 const std::vector<Named>& row_fields() {
   using M = LayerMaskMetrics;
   static const std::vector<Named> f = {
-      {"resid_l1", &M::resid_l1, false},
-      {"resid_l2", &M::resid_l2, false},
-      {"head_l1", &M::head_l1, true},
-      {"head_l2", &M::head_l2, true},
-      {"retained", &M::retained, true},
-      {"sink_mass_full", &M::sink_full, true},
-      {"sink_mass_raw", &M::sink_raw, true},
-      {"sink_mass_corrected", &M::sink_corrected, true},
-      {"content_mass_full", &M::content_full, true},
-      {"content_mass_raw", &M::content_raw, true},
-      {"content_mass_corrected", &M::content_corrected, true},
+      {"resid_l1", &M::resid_l1, false, "L1 norm of the change of the residual stream after the layer at each "
+       "evaluation row, masked against unmasked"},
+      {"resid_l2", &M::resid_l2, false, "L2 norm of the same change"},
+      {"head_l1", &M::head_l1, true, "L1 norm of the change of each head's W_O-projected output at each evaluation row"},
+      {"head_l2", &M::head_l2, true, "L2 norm of the same per-head change"},
+      {"retained", &M::retained, true, "S: the attention mass on the kept positions, from this run's own logits", "fraction"},
+      {"sink_mass_full", &M::sink_full, true, "attention mass on the sink positions [0, sinks), unmasked",
+       "fraction"},
+      {"sink_mass_raw", &M::sink_raw, true, "attention mass on the sinks, masked, before renormalising", "fraction"},
+      {"sink_mass_corrected", &M::sink_corrected, true, "attention mass on the sinks, masked and renormalised",
+       "fraction"},
+      {"content_mass_full", &M::content_full, true, "attention mass on the non-sink context, unmasked", "fraction"},
+      {"content_mass_raw", &M::content_raw, true, "attention mass on the non-sink context, masked, before "
+       "renormalising", "fraction"},
+      {"content_mass_corrected", &M::content_corrected, true, "attention mass on the non-sink context, masked "
+       "and renormalised", "fraction"},
   };
   return f;
 }
@@ -106,12 +117,18 @@ void MaskFile::write_record(const MaskRecord& r) {
   std::vector<std::string> run_names;
   for (const MaskRun& run : r.runs) run_names.push_back(run.name);
   g.set_attr_strings("runs", run_names);  // the runs' order (the group lists them by name)
-  put(g, "tokens", h5::DType::I32, {static_cast<int64_t>(r.tokens.size())}, r.tokens, {"pos"});
-  put(g, "eval_rows", h5::DType::I64, {n_eval}, r.eval_rows, {"eval"});
+  h5::Dataset tokens = put(g, "tokens", h5::DType::I32, {static_cast<int64_t>(r.tokens.size())}, r.tokens, {"pos"},
+                           "token ids of the prompt (context, then question), then the answer's when scored; "
+                           "attribute token_text: the tokens as text");
+  set_token_text(tokens, r.token_text);
+  put(g, "eval_rows", h5::DType::I64, {n_eval}, r.eval_rows, {"eval"},
+      "the evaluation rows (positions >= context_end): the query positions every per-row measure is taken at");
   put(g, "logits_last_full", h5::DType::F32, {static_cast<int64_t>(r.logits_last_full.size())}, r.logits_last_full,
-      {"vocab"});
-  put(g, "s_attn", h5::DType::F32, {n_layer, n_head, r.c}, flatten(r.sinks.s_attn), {"layer", "head", "pos"});
-  put(g, "s_val", h5::DType::F32, {n_layer, n_head, r.c}, flatten(r.sinks.s_val), {"layer", "head", "pos"});
+      {"vocab"}, "next-token logits at the prompt's last position, unmasked", "logit");
+  put(g, "s_attn", h5::DType::F32, {n_layer, n_head, r.c}, flatten(r.sinks.s_attn), {"layer", "head", "pos"},
+      "sink score: the unmasked attention each context position receives, summed over the evaluation rows");
+  put(g, "s_val", h5::DType::F32, {n_layer, n_head, r.c}, flatten(r.sinks.s_val), {"layer", "head", "pos"},
+      "value-weighted sink score: s_attn times the position's value norm nu (MATH.md section 6)");
   for (const MaskRun& run : r.runs) {
     h5::Group rg = g.create_group("runs/" + run.name);
     rg.set_attr_string("source", run.source);
@@ -123,7 +140,8 @@ void MaskFile::write_record(const MaskRecord& r) {
     rg.set_attr_int("top1_full", run.next.top1_full);
     rg.set_attr_int("top1_masked", run.next.top1_masked);
     rg.set_attr_double("delta_theta_total", run.metrics.delta_theta_total);
-    put(rg, "logits_last", h5::DType::F32, {static_cast<int64_t>(run.logits_last.size())}, run.logits_last, {"vocab"});
+    put(rg, "logits_last", h5::DType::F32, {static_cast<int64_t>(run.logits_last.size())}, run.logits_last, {"vocab"},
+        "next-token logits at the prompt's last position under this run's eviction", "logit");
     if (run.logp_answer) rg.set_attr_double("logp_answer", *run.logp_answer);
     if (run.physical_max_diff) rg.set_attr_double("physical_max_diff", *run.physical_max_diff);
     if (run.physical_max_abs) rg.set_attr_double("physical_max_abs", *run.physical_max_abs);
@@ -136,19 +154,21 @@ void MaskFile::write_record(const MaskRecord& r) {
         evicted.insert(evicted.end(), f.begin(), f.end());
       }
     put(rg, "evicted", h5::DType::U8, {run.plan.n_layer, run.plan.n_kv_head, r.c}, evicted,
-        {"layer", "kv_head", "pos"});
+        {"layer", "kv_head", "pos"}, "1 where this run masks the context position out of the KV head, else 0");
     for (const Named& f : row_fields()) {
       if (f.per_head)
         put(rg, f.name, h5::DType::F64, {n_layer, n_head, n_eval}, stack(run.metrics, f.field),
-            {"layer", "head", "eval"});
+            {"layer", "head", "eval"}, f.description, f.unit);
       else
-        put(rg, f.name, h5::DType::F64, {n_layer, n_eval}, stack(run.metrics, f.field), {"layer", "eval"});
+        put(rg, f.name, h5::DType::F64, {n_layer, n_eval}, stack(run.metrics, f.field), {"layer", "eval"},
+            f.description, f.unit);
     }
     put(rg, "delta_theta", h5::DType::F64, {n_layer, n_head}, stack(run.metrics, &LayerMaskMetrics::delta_theta),
-        {"layer", "head"});
+        {"layer", "head"}, "Delta_theta: the mean over evaluation rows of the sum over evicted positions of attention times nu");
     std::vector<double> renorm;
     for (const LayerMaskMetrics& l : run.metrics.layers) renorm.push_back(l.renorm_max_err);
-    put(rg, "renorm_max_err", h5::DType::F64, {n_layer}, renorm, {"layer"});
+    put(rg, "renorm_max_err", h5::DType::F64, {n_layer}, renorm, {"layer"},
+        "largest |A' - N A / S| over the layer's heads and rows: Theorem 3.2 checked in the run (0 unmasked)");
   }
   finish_record_group(file_, g);
 }

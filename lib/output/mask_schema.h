@@ -51,6 +51,7 @@ struct MaskRecord {
   std::string id;
   int64_t index = 0;               // position in the input (record i -> shard i mod N)
   std::vector<int32_t> tokens;     // [seq] prompt (+ answer tokens when scored)
+  std::vector<std::string> token_text;  // [seq] or empty: each token as text (token_texts)
   int64_t c = 0, prompt_len = 0;   // context end; prompt length (next-token row = prompt_len-1)
   std::vector<int64_t> eval_rows;  // [n_eval]
   std::optional<std::string> answer;

@@ -17,8 +17,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-# schema name -> the version this reader implements
-SUPPORTED = {"ckv.dump": 1, "ckv.bound": 2, "ckv.mask": 1, "ckv.eval": 1}
+# schema name -> the versions this reader implements (the newest last). ckv.eval 1 named the
+# record's context end `c` and its prompt ids `prompt`; version 2 names them `context_end` and
+# `tokens` as the other schemas do, and this reader gives version 1 records the new names.
+SUPPORTED = {"ckv.dump": (1,), "ckv.bound": (2,), "ckv.mask": (1,), "ckv.eval": (1, 2)}
 
 
 class SchemaError(Exception):
@@ -311,7 +313,10 @@ def _read_eval(f, base: dict) -> EvalFile:
             runs.append(EvalRun(method=ra["method"], fraction=float(ra["fraction"]), attrs=ra,
                                 scores=json.loads(ra["scores"]) if ra.get("scores") else {},
                                 tokens=rg["tokens"][()]))
-        out.records.append(EvalRecord(id=rid, index=int(g.attrs["index"]), attrs=_attrs(g), runs=runs))
+        attrs = _attrs(g)
+        if base["version"] == 1 and "c" in attrs:      # the version-2 name (SUPPORTED)
+            attrs["context_end"] = attrs.pop("c")
+        out.records.append(EvalRecord(id=rid, index=int(g.attrs["index"]), attrs=attrs, runs=runs))
     if not out.records:
         raise SchemaError(base["path"], "no complete record")
     out.records.sort(key=lambda r: r.index)
@@ -334,9 +339,10 @@ def open_ckv(path):
         if schema not in SUPPORTED:
             raise SchemaError(path, f"schema {schema!r} is not one of {', '.join(SUPPORTED)}")
         version = int(attrs.get("schema_version", -1))
-        if version != SUPPORTED[schema]:
+        if version not in SUPPORTED[schema]:
+            known = " and ".join(str(v) for v in SUPPORTED[schema])
             raise SchemaError(path, f"schema {schema} version {version}; this reader reads "
-                                    f"version {SUPPORTED[schema]} only")
+                                    f"version {known} only")
         settings = json.loads(attrs.get("settings", "{}") or "{}")
         base = dict(path=path, schema=schema, version=version, attrs=attrs, settings=settings)
         if schema == "ckv.bound":

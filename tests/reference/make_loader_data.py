@@ -69,7 +69,7 @@ def check_permutation_against_transformers(w, n_head):
 
 
 def llama3_rope_factors(cfg):
-    """The divisors llama.cpp's converter stores in rope_freqs.weight (MODELS.md RoPE)."""
+    """The divisors llama.cpp's converter stores in rope_freqs.weight (docs/MODELS.md RoPE)."""
     rp = cfg.rope_parameters
     base, dim = rp["rope_theta"], cfg.head_dim
     factor, low, high = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"]
