@@ -25,7 +25,16 @@ from ._ckv import (  # noqa: F401
     default_model_path,
 )
 from .analysis import BoundResult, bound, select, value_norms  # noqa: F401
-from .files import SchemaError, open, table  # noqa: F401,A001
+from .files import open, table  # noqa: F401,A001
 from .model import Model, Recording, load  # noqa: F401
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The reader (and h5py, a third of the import time) loads on first use.
+    if name == "SchemaError":
+        from .reader import SchemaError
+
+        return SchemaError
+    raise AttributeError(f"module 'ckv' has no attribute {name!r}")

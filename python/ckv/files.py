@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .reader import BoundFile, DumpFile, EvalFile, MaskFile, SchemaError, open_ckv  # noqa: F401
-
 
 def open(path):  # noqa: A001 (ckv.open, as the issue names it)
     """Open a ckv output and dispatch on its schema: a DumpFile (arrays read lazily:
     `.array(record_id, "q", layer)`; close it, or use `with`), BoundFile (kind bound or
     check), MaskFile or EvalFile. Raises SchemaError (a ValueError-like Exception naming the
-    file) for other files or schema versions. Needs h5py."""
+    file) for other files or schema versions. Needs h5py (imported here, not with ckv)."""
+    from .reader import open_ckv
+
     return open_ckv(path)
 
 
@@ -27,6 +27,7 @@ def table(f):
         import pandas as pd
     except ImportError as e:
         raise ImportError("ckv.table needs pandas (pip install pandas)") from e
+    from .reader import BoundFile, DumpFile, EvalFile, MaskFile
     if isinstance(f, BoundFile):
         frames = []
         for r in f.records:

@@ -9,7 +9,9 @@ prompt, no batch axis, heads first): hook_q [head, pos, d_head] where Transforme
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
@@ -195,8 +197,20 @@ class Model:
                      methods=methods, budgets=budgets, layer=layer, n_layer=self.config["n_layer"], **params)
 
 
+_DEFAULT_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
 def load(path: Optional[str] = None) -> Model:
     """Load a model: a .gguf file or an HF folder (config.json, safetensors, tokenizer.json).
     Without a path, the default model as the CLI finds it: $CKV_MODEL, else
-    models/SmolLM2-135M-Instruct.Q4_1.gguf searched upwards from the working directory."""
+    models/SmolLM2-135M-Instruct.Q4_1.gguf searched upwards from the working directory (and
+    the interpreter), then upwards from this package (a .venv inside the checkout)."""
+    if path is None and not os.environ.get("CKV_MODEL"):
+        try:
+            _ckv.default_model_path()
+        except _ckv.InputError:
+            for parent in Path(__file__).resolve().parents:
+                if (parent / "models" / _DEFAULT_MODEL).is_file():
+                    path = parent / "models" / _DEFAULT_MODEL
+                    break
     return Model(path)
