@@ -140,7 +140,7 @@ TEST(Gguf, UnsupportedTypeNamesTypeAndTensor) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("unsupported_type.gguf: "), std::string::npos) << msg;
     EXPECT_NE(msg.find("blk.0.attn_q.weight"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("13 (Q5_K)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("23 (IQ4_XS)"), std::string::npos) << msg;
   }
 }
 
@@ -196,7 +196,7 @@ TEST(Gguf, CorruptedTensorInfos) {
   expect_error<ckv::FormatError>(one("w", {1ULL << 32, 1ULL << 32}, 0, 0, 32), "overflows");
   expect_error<ckv::FormatError>(one("w", {UINT64_MAX}, 0, 0, 32), "overflows");
   expect_error<ckv::FormatError>(one("w", {4}, 99, 0, 32), "unknown ggml type id 99");
-  expect_error<ckv::UnsupportedError>(one("w", {256}, 13, 0, 256), "'w' has ggml type 13 (Q5_K)");
+  expect_error<ckv::UnsupportedError>(one("w", {256}, 23, 0, 256), "'w' has ggml type 23 (IQ4_XS)");
   expect_error<ckv::FormatError>(one("w", {16}, 8, 0, 64), "whole number of Q8_0 blocks");
   expect_error<ckv::FormatError>(one("w", {4}, 0, 8, 64), "not a multiple of the alignment");
   expect_error<ckv::FormatError>(one("w", {8}, 0, 32, 48), "run past the end");

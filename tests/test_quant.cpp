@@ -48,8 +48,8 @@ TEST(Quant, ManifestCoversEveryType) {
   ASSERT_EQ(m.at("format_version").get<int>(), 1);
   std::set<std::string> types;
   for (const auto& e : m.at("types")) types.insert(e.at("type").get<std::string>());
-  EXPECT_EQ(types,
-            (std::set<std::string>{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"}));
+  EXPECT_EQ(types, (std::set<std::string>{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K",
+                                          "Q6_K", "Q5_0", "Q5_1", "Q2_K", "Q3_K"}));
   // Every stored type of the table (io/dtype.h) has its golden, under its GGUF type id.
   std::set<std::string> table;
   for (const ckv::DTypeTraits& t : ckv::kDTypeTraits) table.insert(t.name);
@@ -95,6 +95,10 @@ TEST(Quant, SizesFollowGgmlBlockTable) {
   EXPECT_EQ(ckv::storage_bytes(ckv::DType::Q4_K, 256), 144u);
   EXPECT_EQ(ckv::storage_bytes(ckv::DType::Q6_K, 512), 420u);
   EXPECT_EQ(ckv::storage_bytes(ckv::DType::BF16, 3), 6u);
+  EXPECT_EQ(ckv::storage_bytes(ckv::DType::Q5_0, 64), 44u);
+  EXPECT_EQ(ckv::storage_bytes(ckv::DType::Q5_1, 32), 24u);
+  EXPECT_EQ(ckv::storage_bytes(ckv::DType::Q2_K, 256), 84u);
+  EXPECT_EQ(ckv::storage_bytes(ckv::DType::Q3_K, 512), 220u);
 }
 
 TEST(Quant, RejectsPartialBlocksAndWrongSizes) {

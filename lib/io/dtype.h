@@ -26,15 +26,19 @@
 
 // X(name, ggml type id, elements per block, bytes per block, byte offsets of the block's
 //   float16 scale fields or -1). Float types are blocks of one element.
-#define CKV_STORED_DTYPES(X)  \
-  X(F32, 0, 1, 4, -1, -1)     \
-  X(F16, 1, 1, 2, -1, -1)     \
-  X(BF16, 30, 1, 2, -1, -1)   \
-  X(Q8_0, 8, 32, 34, 0, -1)   \
-  X(Q4_0, 2, 32, 18, 0, -1)   \
-  X(Q4_1, 3, 32, 20, 0, 2)    \
-  X(Q4_K, 12, 256, 144, 0, 2) \
-  X(Q6_K, 14, 256, 210, 208, -1)
+#define CKV_STORED_DTYPES(X)     \
+  X(F32, 0, 1, 4, -1, -1)        \
+  X(F16, 1, 1, 2, -1, -1)        \
+  X(BF16, 30, 1, 2, -1, -1)      \
+  X(Q8_0, 8, 32, 34, 0, -1)      \
+  X(Q4_0, 2, 32, 18, 0, -1)      \
+  X(Q4_1, 3, 32, 20, 0, 2)       \
+  X(Q4_K, 12, 256, 144, 0, 2)    \
+  X(Q6_K, 14, 256, 210, 208, -1) \
+  X(Q5_0, 6, 32, 22, 0, -1)      \
+  X(Q5_1, 7, 32, 24, 0, 2)       \
+  X(Q2_K, 10, 256, 84, 80, 82)   \
+  X(Q3_K, 11, 256, 110, 108, -1)
 
 namespace ckv {
 

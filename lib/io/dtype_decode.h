@@ -141,7 +141,7 @@ struct Decoder<DType::Q8_0> {
   }
 };
 
-// The 32-element blocks of Q4_0 and Q4_1 keep their 4-bit codes in 16 bytes: low
+// The 32-element blocks of Q4_0, Q4_1, Q5_0 and Q5_1 keep their 4-bit codes in 16 bytes: low
 // nibbles are elements 0..15 (group 0), high nibbles 16..31 (group 1). Element j of group g:
 CKV_HD inline int nibble_16(const uint8_t* qs, int g, int j) {
   return (qs[j] >> (4 * g)) & 0x0F;
@@ -199,6 +199,76 @@ struct Decoder<DType::Q6_K> {
     const uint8_t low = b[64 * half + 32 * (k % 2) + l];
     const int nibble = (low >> (4 * (k / 2))) & 0x0F;
     const int q = (nibble | (((b[128 + 32 * half + l] >> (2 * k)) & 3) << 4)) - 32;
+    return CKV_MUL(s.d, static_cast<float>(q));
+  }
+};
+
+// Q5_0: f16 d; u32 qh; u8 qs[16]. Element i's low four bits are a nibble (as Q4_0), its fifth
+// bit is bit i of qh: d * (q - 16).
+template <>
+struct Decoder<DType::Q5_0> {
+  static constexpr int kGroup = 16;
+  struct Scale {
+    float d;
+    uint32_t qh;
+  };
+  CKV_HD static Scale scale(const uint8_t* b, int) { return {decode::f16(b), decode::u32(b + 2)}; }
+  CKV_HD static float element(const uint8_t* b, Scale s, int g, int j) {
+    const int q = nibble_16(b + 6, g, j) | static_cast<int>(((s.qh >> (16 * g + j)) & 1u) << 4);
+    return CKV_MUL(s.d, static_cast<float>(q - 16));
+  }
+};
+
+// Q5_1: f16 d; f16 m; u32 qh; u8 qs[16] (bits as Q5_0, no offset): d * q + m.
+template <>
+struct Decoder<DType::Q5_1> {
+  static constexpr int kGroup = 16;
+  struct Scale {
+    float d, m;
+    uint32_t qh;
+  };
+  CKV_HD static Scale scale(const uint8_t* b, int) {
+    return {decode::f16(b), decode::f16(b + 2), decode::u32(b + 4)};
+  }
+  CKV_HD static float element(const uint8_t* b, Scale s, int g, int j) {
+    const int q = nibble_16(b + 8, g, j) | static_cast<int>(((s.qh >> (16 * g + j)) & 1u) << 4);
+    return CKV_ADD(CKV_MUL(s.d, static_cast<float>(q)), s.m);
+  }
+};
+
+// Q2_K: u8 scales[16]; u8 qs[64]; f16 d; f16 dmin. Element i = 128h + 32k + l takes bits
+// 2k, 2k+1 of qs[32h + l]; 16-element group g has scale scales[g] & 15 and min scales[g] >> 4:
+// (d * sc) * q - (dmin * mn).
+template <>
+struct Decoder<DType::Q2_K> {
+  static constexpr int kGroup = 16;
+  CKV_HD static Scale2 scale(const uint8_t* b, int g) {
+    return {CKV_MUL(decode::f16(b + 80), static_cast<float>(b[g] & 0x0F)),
+            CKV_MUL(decode::f16(b + 82), static_cast<float>(b[g] >> 4))};
+  }
+  CKV_HD static float element(const uint8_t* b, Scale2 s, int g, int j) {
+    const int q = (b[16 + 32 * (g / 8) + 16 * (g % 2) + j] >> (2 * ((g / 2) % 4))) & 3;
+    return CKV_SUB(CKV_MUL(s.d, static_cast<float>(q)), s.m);
+  }
+};
+
+// Q3_K: u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d. Element i = 128h + 32k + l takes bits
+// 2k, 2k+1 of qs[32h + l], minus 4 where bit i / 32 of hmask[l] is clear. The 6-bit scale of
+// 16-element group g is nibble g / 8 of byte g % 8 and bits 2(g / 4), 2(g / 4) + 1 of byte
+// 8 + g % 4 (of scales), minus 32: (d * scale) * q.
+template <>
+struct Decoder<DType::Q3_K> {
+  static constexpr int kGroup = 16;
+  CKV_HD static Scale1 scale(const uint8_t* b, int g) {
+    const uint8_t* scales = b + 96;
+    const int low = (scales[g % 8] >> (4 * (g / 8))) & 0x0F;
+    const int high = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+    return {CKV_MUL(decode::f16(b + 108), static_cast<float>((low | (high << 4)) - 32))};
+  }
+  CKV_HD static float element(const uint8_t* b, Scale1 s, int g, int j) {
+    const int l = 16 * (g % 2) + j;
+    const int q =
+        ((b[32 + 32 * (g / 8) + l] >> (2 * ((g / 2) % 4))) & 3) - (((b[l] >> (g / 2)) & 1) ? 0 : 4);
     return CKV_MUL(s.d, static_cast<float>(q));
   }
 };
