@@ -49,7 +49,7 @@ TEST(Quant, ManifestCoversEveryType) {
   std::set<std::string> types;
   for (const auto& e : m.at("types")) types.insert(e.at("type").get<std::string>());
   EXPECT_EQ(types, (std::set<std::string>{"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K",
-                                          "Q6_K", "Q5_0", "Q5_1", "Q2_K", "Q3_K"}));
+                                          "Q6_K", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q5_K"}));
   // Every stored type of the table (io/dtype.h) has its golden, under its GGUF type id.
   std::set<std::string> table;
   for (const ckv::DTypeTraits& t : ckv::kDTypeTraits) table.insert(t.name);
@@ -99,6 +99,7 @@ TEST(Quant, SizesFollowGgmlBlockTable) {
   EXPECT_EQ(ckv::storage_bytes(ckv::DType::Q5_1, 32), 24u);
   EXPECT_EQ(ckv::storage_bytes(ckv::DType::Q2_K, 256), 84u);
   EXPECT_EQ(ckv::storage_bytes(ckv::DType::Q3_K, 512), 220u);
+  EXPECT_EQ(ckv::storage_bytes(ckv::DType::Q5_K, 256), 176u);
 }
 
 TEST(Quant, RejectsPartialBlocksAndWrongSizes) {

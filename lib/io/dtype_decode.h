@@ -72,7 +72,7 @@ CKV_HD inline uint32_t u32(const uint8_t* p) {
 CKV_HD inline float f16(const uint8_t* p) {
   return f16_to_f32(u16(p));
 }
-// The 6-bit scale and min of sub-block j (0..7) of a Q4_K super-block (ggml's
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K (and Q5_K) super-block (ggml's
 // get_scale_min_k4): sub-blocks 0..3 keep them in the low 6 bits of bytes j and j+4; 4..7
 // split them between a nibble of byte j+4 and the top two bits of bytes j-4 and j.
 CKV_HD inline void k4_scale_min(int j, const uint8_t* s, int& sc, int& mn) {
@@ -270,6 +270,24 @@ struct Decoder<DType::Q3_K> {
     const int q =
         ((b[32 + 32 * (g / 8) + l] >> (2 * ((g / 2) % 4))) & 3) - (((b[l] >> (g / 2)) & 1) ? 0 : 4);
     return CKV_MUL(s.d, static_cast<float>(q));
+  }
+};
+
+// Q5_K: f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]. As Q4_K, with a fifth bit:
+// bit g of qh[l] for element i = 32g + l.
+template <>
+struct Decoder<DType::Q5_K> {
+  static constexpr int kGroup = 32;
+  CKV_HD static Scale2 scale(const uint8_t* b, int g) {
+    int sc = 0, mn = 0;
+    decode::k4_scale_min(g, b + 4, sc, mn);
+    return {CKV_MUL(decode::f16(b), static_cast<float>(sc)),
+            CKV_MUL(decode::f16(b + 2), static_cast<float>(mn))};
+  }
+  CKV_HD static float element(const uint8_t* b, Scale2 s, int g, int j) {
+    const int q =
+        ((b[48 + 32 * (g / 2) + j] >> (4 * (g % 2))) & 0x0F) | (((b[16 + j] >> g) & 1) << 4);
+    return CKV_SUB(CKV_MUL(s.d, static_cast<float>(q)), s.m);
   }
 };
 
