@@ -238,6 +238,23 @@ inline void row_q4_1(const uint8_t* w, int64_t in, Rows<R>& rows, float*) {
   });
 }
 
+// Q5_0 (22 bytes / 32): d * (q - 16); q is a nibble (as Q4_0) and, as its fifth bit, bit i
+// of the block's u32 qh for element i.
+template <int R>
+inline void row_q5_0(const uint8_t* w, int64_t in, Rows<R>& rows, float*) {
+  const u32x16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  for_blocks(in / 32, [&](int k, int64_t b) {
+    const uint8_t* blk = w + 22 * b;
+    const f32x16 d = splat(half_to_float(blk));
+    const u32x16 qh = u32x16{} + load<uint32_t>(blk + 2);
+    const i32x16 q = widen_u8(blk + 6);
+    const auto fifth_lo = reinterpret_cast<i32x16>(((qh >> lane) & 1) << 4);
+    const auto fifth_hi = reinterpret_cast<i32x16>(((qh >> (lane + 16)) & 1) << 4);
+    rows.add(k, 32 * b, d * __builtin_convertvector(((q & 15) | fifth_lo) - 16, f32x16));
+    rows.add(k + 1, 32 * b + 16, d * __builtin_convertvector(((q >> 4) | fifth_hi) - 16, f32x16));
+  });
+}
+
 // Q4_K (144 bytes / 256): sub-block s has dl = d*sc, ml = dmin*mn; value dl*q - ml.
 template <int R>
 inline void row_q4_k(const uint8_t* w, int64_t in, Rows<R>& rows, float*) {
@@ -342,6 +359,8 @@ constexpr void (*row_kernel())(const uint8_t*, int64_t, Rows<R>&, float*) {
     return row_q4_k<R>;
   else if constexpr (T == DType::Q6_K)
     return row_q6_k<R>;
+  else if constexpr (T == DType::Q5_0)
+    return row_q5_0<R>;
   else
     return row_decoded<T, R>;
 }
