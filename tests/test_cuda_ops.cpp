@@ -120,8 +120,8 @@ TEST_F(CudaOps, SiluMulMatchesCpu) {
 }
 
 TEST_F(CudaOps, LinearMatchesCpuInEveryStoredDtypeWithBiasAndRowMap) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                  DType::Q4_K, DType::Q6_K}) {
+  for (const DTypeTraits& traits : kDTypeTraits) {  // every stored type (io/dtype.h)
+    const DType t = traits.type;
     SCOPED_TRACE(std::string(dtype_name(t)));
     ExecContext& gpu_ctx = fresh_gpu();
     const int64_t in = 512, out = 96;
