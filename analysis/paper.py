@@ -9,7 +9,7 @@ docs/BOUND.md) and every criticalkv(B) vs B pair, one row: at each budget Actual
 bound theta_hat, Prev. bound theta_rel under that reading and Ratio, all over the heads
 where both methods' S1 >= 1/2 (their count), and Figure 4's share of heads whose mean L over
 records is lowered (the paper's statistic) with the per-record share beside it. The
-paper's row (Llama-3.1-8B, MultiNews, MATH.md §5) heads the table. Then, from the first
+paper's row (Llama-3.1-8B, MultiNews, docs/MATH.md §5) heads the table. Then, from the first
 file, what no protocol choice changes (model_facts): where the smallest nu sits, nu_min / C,
 and Figure 6 (the relative L reduction and the share of heads lowered, per budget).
 """
@@ -25,7 +25,7 @@ from .ckv_reader import BoundFile, SchemaError, open_ckv
 
 READINGS = ["all", "no-sink", "stage2", "stage2-partial"]
 BOUND_READINGS = {"all", "stage2-partial"}  # readings that are upper bounds of theta_hat
-# MATH.md §5: Table 9 (20 %, 40 %) and Figure 4 (20 %), Llama-3.1-8B on MultiNews.
+# docs/MATH.md §5: Table 9 (20 %, 40 %) and Figure 4 (20 %), Llama-3.1-8B on MultiNews.
 PAPER = {"20%": {"actual": 0.70, "our": 3.21, "prev": 4.65, "ratio": 0.690},
          "40%": {"actual": 0.28, "our": 1.43, "prev": 2.64, "ratio": 0.542},
          "figure4": 0.92}
@@ -34,7 +34,7 @@ PAPER = {"20%": {"actual": 0.70, "our": 3.21, "prev": 4.65, "ratio": 0.690},
 def _below(f: BoundFile, method: int, budget: int, rel: int, hat: int, s1: int, c: int) -> float:
     """Share of the (record, layer, head, query) of `method` where S1 >= 1/2 and theta_rel
     under a reading is below the same selection's theta_hat (beyond rounding): 0 for a
-    reading that is an upper bound (MATH.md §3). Per query, since S1 >= 1/2 on average over
+    reading that is an upper bound (docs/MATH.md §3). Per query, since S1 >= 1/2 on average over
     a head's queries does not make the bound hold at each."""
     q = np.concatenate([r.metrics[method, budget].reshape(-1, r.metrics.shape[-1]) for r in f.records])
     ok = q[:, s1] >= 0.5

@@ -3,7 +3,7 @@ and LaTeX:
 
     /usr/bin/python3 -m analysis.tables bound.h5 [--method 'criticalkv(snapkv)'] [--latex]
 
-Table 9 (MATH.md §3, docs/BOUND.md): per budget, over the (record, layer, head) where both
+Table 9 (docs/MATH.md §3, docs/BOUND.md): per budget, over the (record, layer, head) where both
 methods' S1 ≥ 1/2 (their count `heads`), the actual L1 of the criticalkv method (each head
 the mean over evaluation queries), "Our bound" theta_hat of criticalkv and "Prev. bound"
 theta_rel of its base, Ratio = Our/Prev; then Figure 4's share of heads whose mean L over

@@ -41,7 +41,7 @@ QK_K = 256
 
 
 # --------------------------------------------------------------------------------------
-# Q4_K: f16 d; f16 dmin; u8 scales[12]; u8 qs[128] (MODELS.md). Eight 32-element
+# Q4_K: f16 d; f16 dmin; u8 scales[12]; u8 qs[128] (docs/MODELS.md). Eight 32-element
 # sub-blocks j with 6-bit scale sc_j and min m_j: x ~ d*sc_j*q - dmin*m_j, q in 0..15.
 # The structure of ggml's quantize_row_q4_K_ref: a scale and a (non-positive) minimum per
 # sub-block, both quantised to 6 bits against the super-block's largest, then the nibbles.

@@ -93,11 +93,11 @@ const DeviceWeight* find_weight(DeviceContext& context, const void* key) {
   return it == context.weights.end() ? nullptr : &it->second.weight;
 }
 
-const DeviceWeight& upload_weight(DeviceContext& context, const void* key, op_math::Format format,
+const DeviceWeight& upload_weight(DeviceContext& context, const void* key, DType dtype,
                                   int64_t rows, int64_t cols, int64_t row_bytes,
                                   const uint8_t* const* host_rows) {
   if (const DeviceWeight* known = find_weight(context, key)) {
-    if (known->format == format && known->rows == rows && known->cols == cols &&
+    if (known->dtype == dtype && known->rows == rows && known->cols == cols &&
         known->row_bytes == row_bytes)
       return *known;
     context.weights.erase(key);  // the host storage now holds another weight
@@ -121,7 +121,7 @@ const DeviceWeight& upload_weight(DeviceContext& context, const void* key, op_ma
                                    context.stream));
     CKV_CUDA_CHECK(cudaStreamSynchronize(context.stream));  // before staging is reused
   }
-  resident.weight = {format, rows, cols, row_bytes, base};
+  resident.weight = {dtype, rows, cols, row_bytes, base};
   return context.weights.emplace(key, std::move(resident)).first->second.weight;
 }
 

@@ -11,12 +11,13 @@
 // before the kernel ends, and copy_to_host() + synchronize() collect the result.
 // Every CUDA or cuBLAS failure throws ckv::DeviceError naming the call, file and line
 // (out of memory: the size asked for and what is free): one `ckv: error:` line.
-// Shapes use STYLE.md's vocabulary; every pointer below is a device pointer unless named
+// Shapes use docs/MATH.md §0 vocabulary; every pointer below is a device pointer unless named
 // `host`.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "io/dtype.h"
 #include "op_math.h"
 
 namespace ckv::cuda {
@@ -55,7 +56,7 @@ void copy_to_host(DeviceContext& context, void* host, const void* device, size_t
 // A weight matrix [rows, cols] in its stored format, rows in HF order (a GGUF row map is
 // applied when uploading), row r at data + r * row_bytes.
 struct DeviceWeight {
-  op_math::Format format = op_math::Format::F32;
+  DType dtype = DType::F32;
   int64_t rows = 0, cols = 0, row_bytes = 0;
   const uint8_t* data = nullptr;
 };
@@ -63,8 +64,8 @@ struct DeviceWeight {
 // change while the context lives: copies are not refreshed), or null before upload_weight().
 const DeviceWeight* find_weight(DeviceContext& context, const void* key);
 // Uploads the weight once: host_rows [rows] point at each HF row's stored bytes. A key seen
-// with another format or shape (storage freed and reused) is uploaded again.
-const DeviceWeight& upload_weight(DeviceContext& context, const void* key, op_math::Format format,
+// with another dtype or shape (storage freed and reused) is uploaded again.
+const DeviceWeight& upload_weight(DeviceContext& context, const void* key, DType dtype,
                                   int64_t rows, int64_t cols, int64_t row_bytes,
                                   const uint8_t* const* host_rows);
 // A float32 vector weight (norm weights, biases) [n], uploaded on first use of `host` (again

@@ -1,14 +1,15 @@
-// Dequantisation of weight rows on the device (the ggml block formats, F16, BF16, F32) to a
-// float32 tile. Mapping: a grid-stride loop, one output element per thread per step; each
-// element reads its block's scale bytes and its quant bits (op_math::dequant_element, the
-// same function the CPU tests compare with lib/io/quant's dequantisers). Layout: w [rows,
-// cols] in its stored format, HF row order, row r at data + r * row_bytes; dst [count, cols]
-// row-major. Precision: exact (every product rounded once, as the CPU does: no FMA).
+// Dequantisation of weight rows on the device (every stored type of io/dtype.h) to a float32
+// tile. Mapping: a grid-stride loop, one output element per thread per step; each element
+// reads its block's scale bytes and its quant bits (decode_row_element of io/dtype_decode.h,
+// the element decoders the CPU conversion calls too). Layout: w [rows, cols] in its stored
+// dtype, HF row order, row r at data + r * row_bytes; dst [count, cols] row-major.
+// Precision: exact (every product rounded once, as the CPU does: no FMA).
 #include <algorithm>
 #include <string>
 
 #include "cuda_check.h"
 #include "cuda_ops.h"
+#include "io/dtype_decode.h"
 
 namespace ckv::cuda {
 
@@ -16,14 +17,14 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void dequantize_kernel(op_math::Format format, const uint8_t* __restrict__ data,
-                                  int64_t row_bytes, int64_t cols, int64_t begin, int64_t count,
+__global__ void dequantize_kernel(DType dtype, const uint8_t* __restrict__ data, int64_t row_bytes,
+                                  int64_t cols, int64_t begin, int64_t count,
                                   float* __restrict__ dst) {
   const int64_t n = count * cols;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n;
        e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = e / cols, c = e % cols;
-    dst[e] = op_math::dequant_element(format, data + (begin + r) * row_bytes, c);
+    dst[e] = decode_row_element(dtype, data + (begin + r) * row_bytes, c);
   }
 }
 
@@ -39,7 +40,7 @@ void dequantize_rows(const DeviceWeight& w, int64_t begin, int64_t count, float*
   if (n == 0) return;
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65535);
   dequantize_kernel<<<detail::grid_size(blocks, "dequantize"), kThreads, 0, as_stream(stream)>>>(
-      w.format, w.data, w.row_bytes, w.cols, begin, count, dst);
+      w.dtype, w.data, w.row_bytes, w.cols, begin, count, dst);
   CKV_CUDA_CHECK_LAUNCH();
 }
 

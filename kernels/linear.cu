@@ -48,7 +48,7 @@ void linear(DeviceContext& context, const float* x, int64_t x_stride, int64_t ro
   const int m_rows = as_int(rows, "rows"), in = as_int(w.cols, "in"), out = as_int(w.rows, "out");
   const int ldx = as_int(x_stride, "x stride"), ldy = as_int(y_stride, "y stride");
   const float one = 1.0f, zero = 0.0f;
-  if (w.format == op_math::Format::F32) {
+  if (w.dtype == DType::F32) {
     // The stored rows are the float32 [out, in] matrix itself.
     CKV_CUBLAS_CHECK(detail::cublas().sgemm(context.blas, CUBLAS_OP_T, CUBLAS_OP_N, out, m_rows, in,
                                             &one, reinterpret_cast<const float*>(w.data), in, x,

@@ -45,7 +45,7 @@ void copy_to_host(DeviceContext&, void*, const void*, size_t) {
 const DeviceWeight* find_weight(DeviceContext&, const void*) {
   no_cuda("find_weight");
 }
-const DeviceWeight& upload_weight(DeviceContext&, const void*, op_math::Format, int64_t, int64_t,
+const DeviceWeight& upload_weight(DeviceContext&, const void*, DType, int64_t, int64_t,
                                   int64_t, const uint8_t* const*) {
   no_cuda("upload_weight");
 }

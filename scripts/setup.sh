@@ -16,7 +16,7 @@ case "${1:-}" in
 esac
 
 # --- 1. Debian packages ------------------------------------------------------------------
-packages=(build-essential cmake pkg-config git python3 python3-pip unzip libhdf5-dev
+packages=(build-essential cmake pkg-config git python3 python3-pip python3-dev python3-venv unzip libhdf5-dev
           libeigen3-dev libcli11-dev libfmt-dev nlohmann-json3-dev libpcre2-dev libicu-dev libgtest-dev libssl-dev
           libdnnl-dev libbenchmark-dev python3-h5py python3-numpy python3-matplotlib python3-pytest)
 missing=()

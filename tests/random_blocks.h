@@ -37,17 +37,7 @@ inline std::vector<uint8_t> random_blocks(DType t, int64_t rows, int64_t cols, u
     const size_t at = blk * static_cast<size_t>(bb);
     switch (t) {
       case DType::F16:
-      case DType::Q8_0:
-      case DType::Q4_0:
         put_f16(at);
-        break;
-      case DType::Q4_1:
-      case DType::Q4_K:
-        put_f16(at);
-        put_f16(at + 2);
-        break;
-      case DType::Q6_K:
-        put_f16(at + 208);
         break;
       case DType::BF16:
         bytes[at + 1] = static_cast<uint8_t>(0x3C + (rng() % 4));  // |x| in [2^-7, 2^1)
@@ -57,6 +47,10 @@ inline std::vector<uint8_t> random_blocks(DType t, int64_t rows, int64_t cols, u
         std::memcpy(bytes.data() + at, &v, 4);
         break;
       }
+      default:  // a block format: its float16 scale fields (io/dtype.h)
+        for (const int field : dtype_traits(t).f16_fields)
+          if (field >= 0) put_f16(at + static_cast<size_t>(field));
+        break;
     }
   }
   return bytes;

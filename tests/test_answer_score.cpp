@@ -1,4 +1,4 @@
-// Answer scoring (lib/analysis/answer_score.h) against tests/data/answer_score/golden_v1.json,
+// Answer scoring (lib/data/answer_score.h) against tests/data/answer_score/golden_v1.json,
 // which tests/reference/make_score_goldens.py writes from plain-Python implementations of
 // RULER's and LongBench's official scoring code, run by CPython.
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "analysis/answer_score.h"
+#include "data/answer_score.h"
 #include "core/error.h"
 
 namespace {

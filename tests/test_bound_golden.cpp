@@ -1,5 +1,5 @@
 // Selections against kvpress (SnapKVPress, CriticalKVPress, AdaKVPress, CriticalAdaKVPress)
-// and the perturbation metrics against a float64 NumPy implementation of MATH.md §3, both
+// and the perturbation metrics against a float64 NumPy implementation of docs/MATH.md §3, both
 // from tests/data/kvpress/selection_v1.h5 (tests/reference/make_kvpress_goldens.py).
 #include <gtest/gtest.h>
 

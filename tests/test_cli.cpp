@@ -52,7 +52,7 @@ TEST(Cli, UnsupportedArchitecture) {
 }
 
 TEST(Cli, UnsupportedQuantType) {
-  expect_one_error_line(run_ckv("info " + kData + "/loaders/unsupported_type.gguf"), 1, "Q5_K");
+  expect_one_error_line(run_ckv("info " + kData + "/loaders/unsupported_type.gguf"), 1, "IQ4_XS");
 }
 
 TEST(Cli, MissingTokenizer) {

@@ -25,7 +25,7 @@ namespace {
 constexpr float kScale = 2.0f;  // the inputs' spread where a test names none
 
 // fp32 on both sides; the GPU's reduction order differs from Eigen's, so the tolerance is
-// relative to the output's largest magnitude (STYLE.md: fp32 around 1e-5 relative).
+// relative to the output's largest magnitude (docs/MATH.md §0: fp32 around 1e-5 relative).
 constexpr double kFp32RelTolerance = 1e-5;
 
 double relative_error(const Tensor& gpu, const Tensor& cpu) {
@@ -120,8 +120,8 @@ TEST_F(CudaOps, SiluMulMatchesCpu) {
 }
 
 TEST_F(CudaOps, LinearMatchesCpuInEveryStoredDtypeWithBiasAndRowMap) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                  DType::Q4_K, DType::Q6_K}) {
+  for (const DTypeTraits& traits : kDTypeTraits) {  // every stored type (io/dtype.h)
+    const DType t = traits.type;
     SCOPED_TRACE(std::string(dtype_name(t)));
     ExecContext& gpu_ctx = fresh_gpu();
     const int64_t in = 512, out = 96;

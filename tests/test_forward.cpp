@@ -178,7 +178,7 @@ TEST(Forward, IndependentOfThreadsAndQueryBlock) {
   }
 }
 
-// MATH.md §2, Theorem 3.2: masking keys of the last layer rescales the surviving
+// docs/MATH.md §2, Theorem 3.2: masking keys of the last layer rescales the surviving
 // probabilities of that layer by 1/S, with S the unmasked mass they held.
 TEST(Forward, MaskRenormalisesSurvivors) {
   const Model& m = tiny_model();

@@ -3,14 +3,18 @@
 // hostile files that must give typed errors naming the file.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/weight_matrix.h"
 #include "model/config.h"
 
 namespace {
@@ -140,7 +144,7 @@ TEST(Gguf, UnsupportedTypeNamesTypeAndTensor) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("unsupported_type.gguf: "), std::string::npos) << msg;
     EXPECT_NE(msg.find("blk.0.attn_q.weight"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("13 (Q5_K)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("23 (IQ4_XS)"), std::string::npos) << msg;
   }
 }
 
@@ -196,7 +200,7 @@ TEST(Gguf, CorruptedTensorInfos) {
   expect_error<ckv::FormatError>(one("w", {1ULL << 32, 1ULL << 32}, 0, 0, 32), "overflows");
   expect_error<ckv::FormatError>(one("w", {UINT64_MAX}, 0, 0, 32), "overflows");
   expect_error<ckv::FormatError>(one("w", {4}, 99, 0, 32), "unknown ggml type id 99");
-  expect_error<ckv::UnsupportedError>(one("w", {256}, 13, 0, 256), "'w' has ggml type 13 (Q5_K)");
+  expect_error<ckv::UnsupportedError>(one("w", {256}, 23, 0, 256), "'w' has ggml type 23 (IQ4_XS)");
   expect_error<ckv::FormatError>(one("w", {16}, 8, 0, 64), "whole number of Q8_0 blocks");
   expect_error<ckv::FormatError>(one("w", {4}, 0, 8, 64), "not a multiple of the alignment");
   expect_error<ckv::FormatError>(one("w", {8}, 0, 32, 48), "run past the end");
@@ -223,4 +227,39 @@ TEST(Gguf, CorruptedTensorInfos) {
                                      .data(32)
                                      .bytes(),
                                  "power of two");
+}
+
+// The second real model, Gemma 3 270M Q4_K_M (scripts/fetch_model.sh gemma3-270m; skipped
+// when absent; CKV_GEMMA3_MODEL names another copy): every tensor is of a type ckv reads (an
+// unknown one would throw when the file opens), and every element of every tensor converts
+// to a finite float32. Its rows of 640 fall back to Q5_0 where Q4_K_M would use Q4_K.
+TEST(Gguf, Gemma3_270mEveryTensorTypeIsReadable) {
+  const char* env = std::getenv("CKV_GEMMA3_MODEL");
+  const std::filesystem::path path = env != nullptr
+                                         ? std::filesystem::path(env)
+                                         : std::filesystem::path(CKV_TEST_DATA_DIR) / ".." / ".." /
+                                               "models" / "gemma-3-270m-q4_k_m.gguf";
+  if (!std::filesystem::exists(path))
+    GTEST_SKIP() << path << " absent (scripts/fetch_model.sh gemma3-270m)";
+  const ckv::GgufFile g(path);
+  std::map<std::string, int> tensors_by_type;
+  std::vector<float> row;
+  for (const ckv::TensorInfo& t : g.tensors()) {
+    ++tensors_by_type[std::string(ckv::dtype_name(t.dtype))];
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    const int64_t cols = t.shape.back(), rows = numel / cols;
+    const ckv::WeightMatrix w =
+        ckv::WeightMatrix::view(t.dtype, rows, cols, g.stored_bytes(t.name), nullptr);
+    row.resize(static_cast<size_t>(cols));
+    int64_t non_finite = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      w.rows_f32(r, 1, row.data());
+      for (float v : row) non_finite += std::isfinite(v) ? 0 : 1;
+    }
+    EXPECT_EQ(non_finite, 0) << t.name;
+  }
+  EXPECT_EQ(tensors_by_type,
+            (std::map<std::string, int>{
+                {"F32", 109}, {"Q4_K", 27}, {"Q5_0", 81}, {"Q6_K", 9}, {"Q8_0", 10}}));
 }

@@ -1,7 +1,7 @@
 // The KV cache (model/kv_cache.h) and decoding over it (Forward::run_cached,
 // model/decode.h): cached decoding equals recomputing the whole sequence every step (logits
 // within fp32 tolerance, identical greedy tokens) on the tiny models and the default model;
-// a cache with evicted entries equals the -inf logit mask of the same entries (MATH.md §2:
+// a cache with evicted entries equals the -inf logit mask of the same entries (docs/MATH.md §2:
 // masking is eviction); and the cache's own bookkeeping refuses what it cannot hold.
 #include <gtest/gtest.h>
 

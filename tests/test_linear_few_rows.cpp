@@ -34,19 +34,18 @@ int64_t test_cols(DType t) {
     case DType::F16:
     case DType::BF16:
       return 32 * 17 + 16 + 5;  // 565: 8 groups of 64, 3 pieces of 16, 5 scalars
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_1:
-      return 32 * 17;  // an odd number of blocks
-    case DType::Q4_K:
-    case DType::Q6_K:
-      return 256 * 3;
+    default:
+      // An odd number of 32-element blocks; three 256-element super-blocks.
+      return block_elements(t) == 32 ? 32 * 17 : 256 * 3;
   }
-  return 0;
 }
 
-constexpr DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
-                               DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K};
+// Every stored type (io/dtype.h).
+const std::vector<DType> kAllTypes = [] {
+  std::vector<DType> all;
+  for (const DTypeTraits& t : kDTypeTraits) all.push_back(t.type);
+  return all;
+}();
 
 TEST(LinearFewRows, WithinTheStatedRoundingOfTheFloat32ProductForEveryDtype) {
   const int64_t out = 83;  // several chunks, the last one short

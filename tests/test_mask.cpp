@@ -1,4 +1,4 @@
-// ckv mask's protocol (MATH.md §2, §6) on the tiny golden models (4 heads over 2 or 4 KV
+// ckv mask's protocol (docs/MATH.md §2, §6) on the tiny golden models (4 heads over 2 or 4 KV
 // heads): the masked attention output equals attention over physically reduced K/V (an
 // independent double-precision recomputation from the recorded Q/K/V), Theorem 3.2 holds,
 // context rows and layers below the first masked layer are bit-identical, and an empty

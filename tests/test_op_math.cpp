@@ -1,6 +1,7 @@
-// The CUDA kernels' per-element arithmetic (kernels/op_math.h), run here on the CPU against
-// the CPU ops and lib/io/quant's dequantisers, so a formula or index mistake in a kernel is
-// caught without a GPU (the kernels call these same functions). What this cannot check is
+// The CUDA kernels' per-element arithmetic (kernels/op_math.h, and the stored-type decoders of
+// io/dtype_decode.h that the dequantisation kernel calls), run here on the CPU against the CPU
+// ops and lib/io/quant's dequantisation, so a formula or index mistake in a kernel is caught
+// without a GPU (the kernels call these same functions). What this cannot check is
 // the launch geometry; tests/test_cuda_ops.cpp does that where a device exists.
 // Products are rounded one at a time here as in lib/io/quant.cpp (and as the device does
 // with __fmul_rn): no fused multiply-adds in this file.
@@ -17,6 +18,7 @@
 #include <random>
 
 #include "core/thread_pool.h"
+#include "io/dtype_decode.h"
 #include "io/quant.h"
 #include "io/weight_matrix.h"
 #include "op_math.h"
@@ -42,36 +44,43 @@ double relative_error(std::span<const float> a, std::span<const float> b) {
   return scale == 0 ? worst : worst / scale;
 }
 
-using detail::format_of;  // lib/ops/device_path.h
-
+// f16_to_f32 (one function for host and device) against the binary16 formula, for every
+// bit pattern: (-1)^s * m * 2^-24 for exponent 0, (-1)^s * (1024 + m) * 2^(e - 25) else,
+// inf or NaN (payload in the top mantissa bits) for exponent 31.
 TEST(OpMath, HalfToFloatEqualsTheLibraryForEveryBitPattern) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const auto bits = static_cast<uint16_t>(h);
-    ASSERT_EQ(std::bit_cast<uint32_t>(op_math::f16_to_f32(bits)),
-              std::bit_cast<uint32_t>(f16_to_f32(bits)))
-        << h;
-    ASSERT_EQ(std::bit_cast<uint32_t>(op_math::bf16_to_f32(bits)),
-              std::bit_cast<uint32_t>(bf16_to_f32(bits)))
-        << h;
+    const uint32_t e = (h >> 10) & 31, m = h & 1023;
+    const float sign = (h & 0x8000) ? -1.0f : 1.0f;
+    const float got = f16_to_f32(bits);
+    if (e == 31) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got), ((h & 0x8000u) << 16) | 0x7F800000u | (m << 13)) << h;
+    } else {
+      const float want =
+          e == 0 ? sign * std::ldexp(static_cast<float>(m), -24)
+                 : sign * std::ldexp(static_cast<float>(1024 + m), static_cast<int>(e) - 25);
+      ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << h;
+    }
+    ASSERT_EQ(std::bit_cast<uint32_t>(bf16_to_f32(bits)), h << 16) << h;
   }
 }
 
-// Each ggml format element by element (the device kernel's indexing) against lib/io/quant's
-// block dequantisers, bit for bit, with the geometry of cuda_ops.h's DeviceWeight.
+// Each stored type element by element with the device kernel's indexing (decode_row_element:
+// the element of a row) against lib/io/quant's block-by-block conversion, bit for bit, with
+// the geometry of cuda_ops.h's DeviceWeight.
 TEST(OpMath, DequantElementEqualsTheCpuDequantiserInEveryFormat) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                  DType::Q4_K, DType::Q6_K}) {
+  for (const DTypeTraits& traits : kDTypeTraits) {
+    const DType t = traits.type;
     SCOPED_TRACE(std::string(dtype_name(t)));
-    const op_math::Format f = format_of(t);
-    EXPECT_EQ(op_math::block_elements(f), block_elements(t));
-    EXPECT_EQ(op_math::block_bytes(f), block_bytes(t));
+    EXPECT_EQ(traits.block_elements, block_elements(t));
+    EXPECT_EQ(traits.block_bytes, block_bytes(t));
     const int64_t rows = 5, cols = 512;
     const std::vector<uint8_t> bytes = random_blocks(t, rows, cols, 21);
     const WeightMatrix w = WeightMatrix::view(t, rows, cols, bytes, nullptr);
     const Tensor want = w.to_f32();  // [rows, cols]
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
-        const float got = op_math::dequant_element(f, bytes.data() + r * w.row_bytes(), c);
+        const float got = decode_row_element(t, bytes.data() + r * w.row_bytes(), c);
         ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want.data()[r * cols + c]))
             << "row " << r << " col " << c;
       }

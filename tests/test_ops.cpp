@@ -1,4 +1,4 @@
-// CPU ops against direct double-precision evaluations of their formulas (MODELS.md).
+// CPU ops against direct double-precision evaluations of their formulas (docs/MODELS.md).
 #include <gtest/gtest.h>
 
 #include <cmath>

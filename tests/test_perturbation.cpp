@@ -1,4 +1,4 @@
-// Property tests of MATH.md §3 over random inputs (varied n, d, D, GQA, peaked and flat
+// Property tests of docs/MATH.md §3 over random inputs (varied n, d, D, GQA, peaked and flat
 // attention), and the oracle against the exhaustive optimum for n <= 16.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Placebo spans (MATH.md §6): same length, Delta_theta within tolerance, never on the
+// Placebo spans (docs/MATH.md §6): same length, Delta_theta within tolerance, never on the
 // target, the sinks, the question or each other, and the same spans for the same seed on
 // every machine (the generator is SplitMix64, checked against its published outputs).
 #include <gtest/gtest.h>

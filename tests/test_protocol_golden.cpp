@@ -1,7 +1,7 @@
 // `ckv bound`'s protocol options (--eval, --compress, --nu-min, budgets below the snapkv
 // window) against tests/data/protocol/protocol_v1.h5, which
 // tests/reference/make_protocol_golden.py computes in NumPy from dumps of the tiny GQA
-// model (MATH.md §1-4 written there, not ckv's analysis code). Each case runs the CLI on
+// model (docs/MATH.md §1-4 written there, not ckv's analysis code). Each case runs the CLI on
 // the golden's tokens and compares the record's attributes (evictable end, evaluation
 // rows, the decoded token, budgets, below-window marks), the kept sets exactly and the
 // query-mean metrics within float32-nu rounding.

@@ -44,8 +44,8 @@ Tensor random_input(int64_t rows, int64_t cols, uint32_t seed) {
 
 TEST(WeightMatrix, RowsAndRowMapMatchWholeDequantisation) {
   const int64_t rows = 12, cols = 512;
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                  DType::Q4_K, DType::Q6_K}) {
+  for (const DTypeTraits& traits : kDTypeTraits) {  // every stored type (io/dtype.h)
+    const DType t = traits.type;
     SCOPED_TRACE(std::string(dtype_name(t)));
     const std::vector<uint8_t> bytes = random_blocks(t, rows, cols, 1);
     WeightMatrix w = WeightMatrix::view(t, rows, cols, bytes, nullptr);
@@ -84,8 +84,8 @@ TEST(WeightMatrix, RejectsBadShapesAndMaps) {
 // scales for the block formats, with the element index in HF order (row map applied).
 TEST(WeightMatrix, FindsNonFiniteValuesWithoutConverting) {
   const int64_t rows = 4, cols = 512;
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                  DType::Q4_K, DType::Q6_K}) {
+  for (const DTypeTraits& traits : kDTypeTraits) {  // every stored type (io/dtype.h)
+    const DType t = traits.type;
     SCOPED_TRACE(std::string(dtype_name(t)));
     std::vector<uint8_t> bytes = random_blocks(t, rows, cols, 9);
     EXPECT_EQ(first_non_finite(WeightMatrix::view(t, rows, cols, bytes, nullptr)), -1);
@@ -93,7 +93,8 @@ TEST(WeightMatrix, FindsNonFiniteValuesWithoutConverting) {
     const int64_t row_bytes = static_cast<int64_t>(storage_bytes(t, cols));
     const int64_t be = block_elements(t), bb = block_bytes(t);
     const int64_t elem = be == 1 ? 300 : be;  // first element the damage reaches
-    uint8_t* at = bytes.data() + 2 * row_bytes + (be == 1 ? 300 * bb : bb) + (t == DType::Q6_K ? 208 : 0);
+    const int64_t scale_at = be == 1 ? 0 : traits.f16_fields[0];  // the block's d (io/dtype.h)
+    uint8_t* at = bytes.data() + 2 * row_bytes + (be == 1 ? 300 * bb : bb) + scale_at;
     if (t == DType::F32) {
       const float inf = std::numeric_limits<float>::infinity();
       std::memcpy(at, &inf, 4);
@@ -117,8 +118,8 @@ TEST(Linear, TiledEqualsDequantisedFirstBitForBit) {
   const Tensor x = random_input(rows, in, 3), bias = random_input(1, out, 4);
   const Tensor b({out}, std::vector<float>(bias.span().begin(), bias.span().end()));
   ExecContext one({.threads = 1}), three({.threads = 3});
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                  DType::Q4_K, DType::Q6_K}) {
+  for (const DTypeTraits& traits : kDTypeTraits) {  // every stored type (io/dtype.h)
+    const DType t = traits.type;
     SCOPED_TRACE(std::string(dtype_name(t)));
     const std::vector<uint8_t> bytes = random_blocks(t, out, in, 5);
     WeightMatrix w = WeightMatrix::view(t, out, in, bytes, nullptr);

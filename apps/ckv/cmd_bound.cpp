@@ -1,5 +1,5 @@
 // ckv bound: for every selection method, budget, layer and head, the actual output
-// perturbation of eviction beside the CriticalKV bounds (MATH.md §3-4), written as HDF5
+// perturbation of eviction beside the CriticalKV bounds (docs/MATH.md §3-4), written as HDF5
 // (full arrays, docs/BOUND.md), a tidy CSV and a JSON summary; the console shows the
 // paper's Table 9 layout, the Figure 4/6 statistic and the kept entries (bound_report.cpp).
 #include <algorithm>
@@ -67,7 +67,7 @@ void register_bound(CLI::App& app, GlobalOptions& g) {
                   "Comma list of attn, snapkv, h2o, streaming, file, oracle, defensivekv, layer-defensivekv, pyramidkv, duoattention, "
                   "expectedattention, headkv, obcache, adakv(BASE), criticalkv(BASE), criticalkv(adakv(BASE))")->capture_default_str();
   cmd->add_option("--alpha", o->alpha, "criticalkv stage-1 share of the budget (the paper's experiments: 0.5)")->capture_default_str();
-  cmd->add_flag("--oracle", o->oracle, "Add the greedy oracle on the actual L (MATH.md §4)");
+  cmd->add_flag("--oracle", o->oracle, "Add the greedy oracle on the actual L (docs/MATH.md §4)");
   cmd->add_option("--oracle-max-n", o->oracle_max_n, "Skip the oracle (NaN) for contexts longer than this")->capture_default_str();
   cmd->add_option("--selection-file", o->selection_file, "JSON {\"<layer>\": [[positions per KV head]]} for the 'file' method");
   cmd->add_flag("--kept-report", o->kept_report, "Print the kept entries of every method and budget (always done)");

@@ -1,4 +1,4 @@
-// ckv check: Assumption 3.4 per head (MATH.md §3). For each budget and stage-1 share alpha,
+// ckv check: Assumption 3.4 per head (docs/MATH.md §3). For each budget and stage-1 share alpha,
 // S1 = the evaluation query's attention mass on the stage-1 set (the top floor(alpha b)
 // entries by the method's score, by default the query's own attention) plus the always-kept
 // question entries; the assumption holds for a head when S1 >= 1/2. Outputs: HDF5 (the

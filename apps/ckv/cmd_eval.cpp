@@ -1,7 +1,7 @@
 // ckv eval: answers under eviction with a KV cache, record by record, beside the measured
 // perturbation (docs/EVAL.md). Per record: the full cache and every method x budget
 // (analysis/cache_eval.h), each decoded greedily and scored as the record's task defines
-// (analysis/answer_score.h); HDF5 + CSV + JSON (output/eval_schema.h) with shards, --resume and
+// (data/answer_score.h); HDF5 + CSV + JSON (output/eval_schema.h) with shards, --resume and
 // `ckv merge`; a console table of accuracy per method x budget (the paper's Figure 2).
 #include <cctype>
 #include <filesystem>
@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "analysis/answer_score.h"
+#include "data/answer_score.h"
 #include "analysis/cache_eval.h"
 #include "common.h"
 #include "core/atomic_file.h"

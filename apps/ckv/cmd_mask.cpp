@@ -1,4 +1,4 @@
-// ckv mask: propagated eviction by -inf logit masking (MATH.md §2, §6; docs/MASK.md). One
+// ckv mask: propagated eviction by -inf logit masking (docs/MATH.md §2, §6; docs/MASK.md). One
 // unmasked forward pass and one masked pass per eviction (the target, then each placebo),
 // captured at the evaluation rows (the question, positions >= c) and compared layer by
 // layer; next-token KL, top-1 agreement, the gold answer's log-probability and a greedy

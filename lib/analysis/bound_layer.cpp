@@ -118,7 +118,7 @@ SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool 
     attn.row(h) = a.leftCols(c).colwise().sum() / n_query;
     if (eval) (*eval)[static_cast<size_t>(h)] = std::move(a);
     for (int64_t i = 0; i < c; ++i) nu(h, i) = t.nu_l1->data()[h * d.seq + i];
-    // MATH.md §4 snapkv / kvpress SnapKVPress.score: the window's attention over the keys
+    // docs/MATH.md §4 snapkv / kvpress SnapKVPress.score: the window's attention over the keys
     // before it, averaged over window rows, pooled.
     if (need_snapkv)
       pooled.row(h) = pool_row(summed_attention(t, d, kd, h, prefix, c, prefix) / static_cast<double>(w),

@@ -1,7 +1,7 @@
 #pragma once
 // One layer of `ckv bound` / `ckv check`: from the layer's post-RoPE Q/K/V, o_proj and nu,
-// the scores of every selection method (MATH.md §4), the selections per KV head at every
-// budget, and the perturbation metrics (MATH.md §3) per query head and evaluation query.
+// the scores of every selection method (docs/MATH.md §4), the selections per KV head at every
+// budget, and the perturbation metrics (docs/MATH.md §3) per query head and evaluation query.
 // Nothing n x n is built: only the attention rows a method needs (evaluation queries,
 // the snapkv window, the h2o rows) are computed, per query head, at most 64 rows (or the
 // evaluation queries) per GEMM. The evaluation rows are computed once and shared by the

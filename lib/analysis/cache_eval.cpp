@@ -126,7 +126,7 @@ class SelectingRecorder : public Recorder {
   LayerSelector& selector_;
 };
 
-// The actual perturbation L1/L2 (MATH.md §3) of every plan at the first decoded token, one
+// The actual perturbation L1/L2 (docs/MATH.md §3) of every plan at the first decoded token, one
 // layer at a time: its query row over the full cache [0, n] (n the token's position).
 class FirstTokenProbe {
  public:

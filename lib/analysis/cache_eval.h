@@ -13,7 +13,7 @@
 //   2. the full cache: the question is fed, the reference answer teacher-forced (log p),
 //      the cache truncated back and the answer decoded; the first decoded token is fed
 //      over the full cache with a probe that measures, per layer and query head, the
-//      actual perturbation L1/L2 (MATH.md §3) of each selection at that query: what
+//      actual perturbation L1/L2 (docs/MATH.md §3) of each selection at that query: what
 //      `ckv bound --eval first-decode` reports for the same selection;
 //   3. per method x budget: a copy of the context cache with the evicted entries dropped,
 //      then the question, teacher forcing and decoding as in 2.

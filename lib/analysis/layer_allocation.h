@@ -4,7 +4,7 @@
 // any layer is selected. A pre-pass collects them: a forward pass with this recorder (or
 // on_qkv called on dumped tensors, layer by layer), then totals() gives each layer's share.
 // The context rows [0, c) -- all the scores read -- are the same in a masked and an
-// unmasked pass (MATH.md §6), so the pre-pass may be unmasked.
+// unmasked pass (docs/MATH.md §6), so the pre-pass may be unmasked.
 #include <cstdint>
 #include <map>
 #include <memory>

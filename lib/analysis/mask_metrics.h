@@ -1,5 +1,5 @@
 #pragma once
-// Measurements of a propagated eviction (MATH.md §2, §6): a forward pass without the mask
+// Measurements of a propagated eviction (docs/MATH.md §2, §6): a forward pass without the mask
 // and one with it, both captured at the evaluation rows (positions >= c), compared layer by
 // layer. Nothing n x n is kept: attention is captured for the evaluation rows only.
 //
@@ -112,7 +112,7 @@ NextToken next_token(std::span<const float> full, std::span<const float> masked)
 double log_prob(std::span<const float> logits, int32_t token);
 
 // Value-aware sink score over the evaluation rows of the unmasked run, [n_head, c] per
-// layer: s_attn(j) = Σ_q A_qj, s_val(j) = s_attn(j) nu_j (MATH.md §6).
+// layer: s_attn(j) = Σ_q A_qj, s_val(j) = s_attn(j) nu_j (docs/MATH.md §6).
 struct SinkScores {
   std::vector<Tensor> s_attn, s_val;  // [n_layer] x [n_head, c]
 };

@@ -1,5 +1,5 @@
 #pragma once
-// What `ckv mask` evicts (MATH.md §6, context-only compression): per layer and KV head, a
+// What `ckv mask` evicts (docs/MATH.md §6, context-only compression): per layer and KV head, a
 // set of context positions in [0, c). The masked forward pass adds -inf to the logits of
 // (query rows >= c, evicted keys) for every query head of that KV head and nothing else,
 // so context rows [0, c) are computed exactly as without a mask.

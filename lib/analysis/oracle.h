@@ -1,5 +1,5 @@
 #pragma once
-// The oracle selection (MATH.md §4, analysis only): greedy on the actual perturbation. For
+// The oracle selection (docs/MATH.md §4, analysis only): greedy on the actual perturbation. For
 // one KV head it adds, one entry at a time, the evictable entry that most lowers the summed
 // L1 perturbation ‖o - o'‖_1 of the KV head's query heads at every evaluation query. The
 // greedy sequence is nested, so one run to the largest budget serves every smaller one.

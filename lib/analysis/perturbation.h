@@ -1,6 +1,6 @@
 #pragma once
 // The actual output perturbation of an eviction and its bounds for one query head and one
-// evaluation query (MATH.md §3), in double precision:
+// evaluation query (docs/MATH.md §3), in double precision:
 //
 //   L      = ‖o - o'‖,  o - o' = ((A - A') V) W_h     (never V W_h for all entries)
 //   C      = Σ A_i nu_i

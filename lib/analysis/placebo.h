@@ -1,5 +1,5 @@
 #pragma once
-// Placebo spans for a span intervention (MATH.md §6): control spans of the target's length
+// Placebo spans for a span intervention (docs/MATH.md §6): control spans of the target's length
 // whose Delta_theta matches the target's within a relative tolerance, so that a difference
 // in effect is not just a difference in intervention strength.
 //

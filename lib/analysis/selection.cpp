@@ -53,7 +53,7 @@ std::vector<int64_t> two_stage(const Eigen::RowVectorXd& score, const Eigen::Row
   return sorted(kept);
 }
 
-// AdaKV's allocation: per-head budgets summing to budget * n_kv_head (MATH.md §4).
+// AdaKV's allocation: per-head budgets summing to budget * n_kv_head (docs/MATH.md §4).
 std::vector<int64_t> adakv_budgets(const ScoreMatrix& scores, int64_t budget, double alpha_safe,
                                    int64_t recent_from, std::vector<std::vector<int64_t>>& safe) {
   const int64_t h_count = scores.rows(), c = scores.cols();

@@ -1,5 +1,5 @@
 #pragma once
-// KV-cache selection methods (MATH.md §4) over the evictable context [0, c) of one layer,
+// KV-cache selection methods (docs/MATH.md §4) over the evictable context [0, c) of one layer,
 // one selection per KV head, reproducing kvpress's presses (SnapKVPress, StreamingLLMPress,
 // AdaKVPress, CriticalKVPress, CriticalAdaKVPress) rule for rule:
 //
@@ -45,7 +45,7 @@ struct SelectionParams {
   int64_t kernel = 7;   // snapkv pooling kernel (odd), stride 1, same length
   int64_t h2o_rows = 256;  // h2o: accumulated attention of the last rows of the context
   int64_t sinks = 4;       // streaming: first entries always kept
-  double alpha = 0.5;      // criticalkv stage-1 share (MATH.md §7: 0.5, not 0.25)
+  double alpha = 0.5;      // criticalkv stage-1 share (docs/MATH.md §7: 0.5, not 0.25)
   double eps = 1e-4;       // criticalkv stage-2 offset
   double alpha_safe = 0.2; // adakv safeguard share
   GqaReduce gqa_reduce = GqaReduce::Mean;

@@ -1,5 +1,5 @@
 #pragma once
-// Value-projected norms nu (MATH.md §1): nu[h, i] = ‖v_i W_h‖ for every cached entry i of
+// Value-projected norms nu (docs/MATH.md §1): nu[h, i] = ‖v_i W_h‖ for every cached entry i of
 // query head h, where v_i is the value of h's KV head (GQA: g = h / group) and
 // W_h = o_proj.weight[:, h*d_head:(h+1)*d_head]^T, shape [d_head, d_model].
 //

@@ -1,7 +1,8 @@
 #pragma once
-// A dense, owning, row-major float32 tensor: what every loaded weight and every recorded
-// activation is. Compute goes through Eigen maps over data(); this type only holds memory
-// and a shape.
+// A dense, owning, row-major float32 tensor: every activation, recording and small weight
+// (norms, biases) is one. Weight matrices stay in their stored dtype (io/weight_matrix.h)
+// and become float32 per tile. Compute goes through Eigen maps over data(); this type only
+// holds memory and a shape.
 #include <cstdint>
 #include <initializer_list>
 #include <span>

@@ -12,7 +12,7 @@
 // (bad JSON, a number beyond double such as 1e400) is refused naming the file and line. "question" and
 // "answer" are strings or absent/null; an empty question means no question.
 //
-// Answer scoring (`ckv eval`, lib/analysis/answer_score.h) reads two more fields:
+// Answer scoring (`ckv eval`, lib/data/answer_score.h) reads two more fields:
 //   "answers": ["8528032", "6369474"]  the reference answers, a non-empty list of non-empty
 //              strings; absent/null: the one reference "answer" when that is not empty
 //   "task": "niah" | "qa"              RULER scoring (every reference must appear) or
@@ -48,7 +48,7 @@
 #include <string_view>
 #include <vector>
 
-#include "analysis/answer_score.h"
+#include "data/answer_score.h"
 #include "core/spans.h"
 
 namespace ckv {

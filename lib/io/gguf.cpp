@@ -95,26 +95,17 @@ std::string_view ggml_type_name(uint32_t id) {
 }
 
 std::optional<DType> dtype_from_ggml(uint32_t id) {
-  switch (id) {
-    case 0:
-      return DType::F32;
-    case 1:
-      return DType::F16;
-    case 2:
-      return DType::Q4_0;
-    case 3:
-      return DType::Q4_1;
-    case 8:
-      return DType::Q8_0;
-    case 12:
-      return DType::Q4_K;
-    case 14:
-      return DType::Q6_K;
-    case 30:
-      return DType::BF16;
-    default:
-      return std::nullopt;
-  }
+  for (const DTypeTraits& t : kDTypeTraits)
+    if (t.ggml_type == id) return t.type;
+  return std::nullopt;
+}
+
+// "F32, F16, ...": the stored types ckv reads (io/dtype.h), for messages.
+std::string supported_type_names() {
+  std::string names;
+  for (const DTypeTraits& t : kDTypeTraits)
+    names += (names.empty() ? "" : ", ") + std::string(t.name);
+  return names;
 }
 
 // Bounds-checked little-endian reader over the mapping.
@@ -322,9 +313,8 @@ void GgufFile::parse() {
         fail<FormatError>("{}: tensor '{}' has unknown ggml type id {}", path, t.name, type_id);
       }
       fail<UnsupportedError>(
-          "{}: tensor '{}' has ggml type {} ({}), which ckv does not support "
-          "(F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)",
-          path, t.name, type_id, name);
+          "{}: tensor '{}' has ggml type {} ({}), which ckv does not support ({})", path, t.name,
+          type_id, name, supported_type_names());
     }
     t.dtype = *dtype;
     const int64_t row = n_dims == 0 ? 1 : dims[0];

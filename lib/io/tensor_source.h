@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/dtype.h"
 
 namespace ckv {
 
-enum class DType { F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K };
-
+// The stored types (DType) and their table: io/dtype.h.
 std::string_view dtype_name(DType t);
 
 struct TensorInfo {

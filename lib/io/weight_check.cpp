@@ -11,8 +11,9 @@ namespace ckv {
 
 namespace {
 
-uint16_t read_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-bool f16_non_finite(const uint8_t* p) { return (read_u16(p) & 0x7C00u) == 0x7C00u; }
+bool f16_non_finite(const uint8_t* p) {
+  return (decode::u16(p) & 0x7C00u) == 0x7C00u;
+}
 
 // Whether any element of one stored row may be non-finite: exact for F32/F16/BF16 (exponent
 // bits all ones), a test of the block scales for the block formats. Branch-free loops.
@@ -27,32 +28,20 @@ bool row_may_be_non_finite(DType t, const uint8_t* row, int64_t cols) {
       }
       return bad;
     case DType::F16:
-      for (int64_t i = 0; i < cols; ++i) bad |= (read_u16(row + 2 * i) & 0x7C00u) == 0x7C00u;
+      for (int64_t i = 0; i < cols; ++i) bad |= f16_non_finite(row + 2 * i);
       return bad;
     case DType::BF16:
-      for (int64_t i = 0; i < cols; ++i) bad |= (read_u16(row + 2 * i) & 0x7F80u) == 0x7F80u;
+      for (int64_t i = 0; i < cols; ++i) bad |= (decode::u16(row + 2 * i) & 0x7F80u) == 0x7F80u;
       return bad;
     default:
       break;
   }
-  const int64_t blocks = cols / block_elements(t), bytes = block_bytes(t);
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = row + b * bytes;
-    switch (t) {
-      case DType::Q8_0:
-      case DType::Q4_0:
-        bad |= f16_non_finite(blk);  // d
-        break;
-      case DType::Q4_1:
-      case DType::Q4_K:
-        bad |= f16_non_finite(blk) || f16_non_finite(blk + 2);  // d and m / d and dmin
-        break;
-      case DType::Q6_K:
-        bad |= f16_non_finite(blk + 208);  // d (last)
-        break;
-      default:
-        break;
-    }
+  // A block format: its float16 scale fields (io/dtype.h), one or two per block.
+  const DTypeTraits& traits = dtype_traits(t);
+  const int64_t blocks = cols / traits.block_elements, bytes = traits.block_bytes;
+  for (const int field : traits.f16_fields) {
+    if (field < 0) continue;
+    for (int64_t b = 0; b < blocks; ++b) bad |= f16_non_finite(row + b * bytes + field);
   }
   return bad;
 }
@@ -76,8 +65,8 @@ void check_finite(std::string_view name, const WeightMatrix& w) {
   if (i < 0) return;
   std::vector<float> row(static_cast<size_t>(w.cols()));
   w.rows_f32(i / w.cols(), 1, row.data());
-  fail<FormatError>("{}: non-finite value {} at element {} of {}", name, row[static_cast<size_t>(i % w.cols())], i,
-                    w.rows() * w.cols());
+  fail<FormatError>("{}: non-finite value {} at element {} of {}", name,
+                    row[static_cast<size_t>(i % w.cols())], i, w.rows() * w.cols());
 }
 
 }  // namespace ckv

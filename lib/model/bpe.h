@@ -14,7 +14,7 @@
 
 namespace ckv {
 
-// Byte b as the UTF-8 of its GPT-2 stand-in code point (MODELS.md "Byte-to-unicode").
+// Byte b as the UTF-8 of its GPT-2 stand-in code point (docs/MODELS.md "Byte-to-unicode").
 const std::array<std::string, 256>& byte_to_unicode();
 // The inverse: a stand-in code point back to its byte, or -1 when it is none.
 int unicode_to_byte(char32_t code_point);

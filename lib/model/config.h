@@ -50,7 +50,7 @@ Architecture parse_architecture(const std::string& name, const std::string& sour
 // for architectures and options ckv does not implement. Does not call validate().
 ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& source);
 
-// From GGUF metadata ({arch}.* keys, MODELS.md). vocab falls back to the tokenizer's token
+// From GGUF metadata ({arch}.* keys, docs/MODELS.md). vocab falls back to the tokenizer's token
 // count, then to token_embd's rows; tied_embeddings is set when output.weight is absent.
 // GGUF keeps llama3 rope factors in the tensor rope_freqs.weight, so rope_scaling stays
 // "default" here and the loader fills ModelWeights::rope_freq_factors. Does not validate().

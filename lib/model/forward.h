@@ -1,5 +1,5 @@
 #pragma once
-// The decoder forward pass of llama and qwen2 models (MODELS.md "Architectures"), fp32, with
+// The decoder forward pass of llama and qwen2 models (docs/MODELS.md "Architectures"), fp32, with
 // recording and attention-mask intervention. It calls ops only, in one execution context
 // (ops/context.h) made from ForwardOptions when the Forward is built, and never branches on
 // the device. Only the CPU runs it: a CUDA device is refused at construction (the kernels

@@ -1,5 +1,6 @@
 #pragma once
-// A loaded model: config, float32 weights in HF layout, tokenizer, and where it came from.
+// A loaded model: config, weights in HF layout (matrices in their stored dtype, norms and
+// biases in float32), tokenizer, and where it came from.
 #include <filesystem>
 #include <map>
 #include <memory>

@@ -128,7 +128,7 @@ void load_weights(const std::shared_ptr<const TensorSource>& src, const NameFn& 
   });
 }
 
-// llama.cpp's converter stores the rows of each llama q/k head interleaved (MODELS.md):
+// llama.cpp's converter stores the rows of each llama q/k head interleaved (docs/MODELS.md):
 // GGUF row h*d_head + 2i + j holds HF row h*d_head + j*d_head/2 + i.
 std::vector<int32_t> unpermute_map(int64_t n_heads, int64_t d_head) {
   const int64_t half = d_head / 2;

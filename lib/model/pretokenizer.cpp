@@ -8,7 +8,7 @@
 namespace ckv {
 namespace {
 
-// The regexes of MODELS.md "Tokenizers".
+// The regexes of docs/MODELS.md "Tokenizers".
 constexpr const char* kGpt2 =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 constexpr const char* kLlama3 =

@@ -37,7 +37,7 @@ class Recorder {
   virtual void on_attention(int64_t /*layer*/, std::span<const int64_t> /*rows*/,
                             const Tensor& /*probs*/) {}
   // head_out: [n_head, r, d_model]; head_out[h, i] = W_h-projected output of head h at row
-  // rows[i]: o_proj.weight[:, h*d_head:(h+1)*d_head] @ attention_output_h (MATH.md §1;
+  // rows[i]: o_proj.weight[:, h*d_head:(h+1)*d_head] @ attention_output_h (docs/MATH.md §1;
   // the sum over h is the attention block output).
   virtual void on_head_outputs(int64_t /*layer*/, std::span<const int64_t> /*rows*/,
                                const Tensor& /*head_out*/) {}

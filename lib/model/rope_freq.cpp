@@ -23,7 +23,7 @@ std::vector<float> rope_inv_freq(const ModelConfig& config, std::span<const floa
     if (!freq_factors.empty()) {
       inv /= freq_factors[static_cast<size_t>(i)];
     } else if (llama3) {
-      // MODELS.md: wavelength w = 2*pi/inv; long waves are slowed by `factor`, short ones
+      // docs/MODELS.md: wavelength w = 2*pi/inv; long waves are slowed by `factor`, short ones
       // kept, and the band between is interpolated.
       const double old_len = static_cast<double>(sc.original_max_position);
       const double wavelen = 2.0 * std::numbers::pi / inv;

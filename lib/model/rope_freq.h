@@ -1,5 +1,5 @@
 #pragma once
-// The rotary frequencies of a model (MODELS.md "RoPE (HF)"): what ops/rope.h rotates by.
+// The rotary frequencies of a model (docs/MODELS.md "RoPE (HF)"): what ops/rope.h rotates by.
 #include <span>
 #include <vector>
 

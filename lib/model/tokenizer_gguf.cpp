@@ -1,4 +1,4 @@
-// Tokenizer from GGUF metadata (MODELS.md "Tokenizers"); behaviour follows llama.cpp, the
+// Tokenizer from GGUF metadata (docs/MODELS.md "Tokenizers"); behaviour follows llama.cpp, the
 // reference for GGUF vocabularies (src/llama-vocab.cpp: pre-tokeniser names and defaults).
 #include <cstdint>
 

@@ -18,7 +18,7 @@ class ThreadPool;
 
 // An additive term on the attention logits of KV head `kv_head`: for every query row in
 // [q_begin, q_end) and every key in `keys`, logit += value, for each query head of that KV
-// head. The default value -inf evicts those keys for those queries (MATH.md §2). Keys after
+// head. The default value -inf evicts those keys for those queries (docs/MATH.md §2). Keys after
 // the query row stay causally masked whatever the value.
 struct AttentionMaskSpan {
   int64_t kv_head = 0;

@@ -1,5 +1,5 @@
 #pragma once
-// The execution context every op runs in (STYLE.md "Layout": the device is chosen once, when
+// The execution context every op runs in (the device is chosen once, when
 // the weights are loaded): the device, the CPU thread pool, the device's stream (an opaque
 // handle: no CUDA type appears in lib/), a scratch arena for the ops' intermediates, and the
 // arithmetic of the linear layers. Ops take `ExecContext&` first and dispatch on

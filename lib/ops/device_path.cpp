@@ -42,38 +42,16 @@ void collect(cuda::DeviceContext& dc, float* host, const float* device, int64_t 
 
 }  // namespace
 
-op_math::Format format_of(DType t) {
-  switch (t) {
-    case DType::F32:
-      return op_math::Format::F32;
-    case DType::F16:
-      return op_math::Format::F16;
-    case DType::BF16:
-      return op_math::Format::BF16;
-    case DType::Q8_0:
-      return op_math::Format::Q8_0;
-    case DType::Q4_0:
-      return op_math::Format::Q4_0;
-    case DType::Q4_1:
-      return op_math::Format::Q4_1;
-    case DType::Q4_K:
-      return op_math::Format::Q4_K;
-    case DType::Q6_K:
-      return op_math::Format::Q6_K;
-  }
-  fail<UnsupportedError>("no CUDA format for dtype {}", dtype_name(t));
-}
-
 const cuda::DeviceWeight& resident_weight(ExecContext& ctx, const WeightMatrix& w) {
   cuda::DeviceContext& dc = device_of(ctx);
   const void* key = w.row(0);  // the stored bytes identify the weight (a row map keeps row 0's)
   if (const cuda::DeviceWeight* known = cuda::find_weight(dc, key);
       known != nullptr && known->rows == w.rows() && known->cols == w.cols() &&
-      known->row_bytes == w.row_bytes() && known->format == format_of(w.dtype()))
+      known->row_bytes == w.row_bytes() && known->dtype == w.dtype())
     return *known;
   std::vector<const uint8_t*> rows(static_cast<size_t>(w.rows()));  // [rows] HF order
   for (int64_t r = 0; r < w.rows(); ++r) rows[static_cast<size_t>(r)] = w.row(r);
-  return cuda::upload_weight(dc, key, format_of(w.dtype()), w.rows(), w.cols(), w.row_bytes(),
+  return cuda::upload_weight(dc, key, w.dtype(), w.rows(), w.cols(), w.row_bytes(),
                              rows.data());
 }
 

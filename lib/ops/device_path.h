@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "io/weight_matrix.h"
-#include "op_math.h"
 #include "ops/attention.h"
 #include "ops/context.h"
 #include "ops/rope.h"
@@ -25,8 +24,6 @@ namespace ckv::detail {
 // The device copy of w in the context's CUDA context, uploaded (rows in HF order) the first
 // time this context sees w's storage.
 const cuda::DeviceWeight& resident_weight(ExecContext& ctx, const WeightMatrix& w);
-// The kernels' name (op_math.h) of a stored dtype; throws UnsupportedError for one they lack.
-op_math::Format format_of(DType t);
 
 // The additive attention mask grouped by (KV head, key), as the CUDA kernel reads it
 // (kernels/cuda_ops.h DeviceMask): entries of (g, j) are [offsets[g*seq + j],

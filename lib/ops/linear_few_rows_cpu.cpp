@@ -1,11 +1,13 @@
 // The few-row linear layer (decode): each output is one dot product of an input row with a
 // weight row that is dequantised block by block in registers, never into a float32 tile.
 //
-// Every weight element is converted with the arithmetic of io/quant.cpp (the same
+// Every weight element is converted with the arithmetic of io/dtype_decode.h (the same
 // operations, rounded in the same order, never fused), so the weights are bit-identical to
-// rows_f32's; only the summation differs from the tiled GEMM: products are accumulated with
-// fused multiply-adds into four 16-lane partial sums (piece k of 16 elements goes to sum
-// k mod 4), which are then added in a fixed tree. That order depends on `in` only, never on
+// rows_f32's: the types with a vectorised kernel below repeat that arithmetic in 16 lanes
+// (tests/test_linear_few_rows.cpp checks them), the others call the Decoder itself. Only the
+// summation differs from the tiled GEMM: products are accumulated with fused multiply-adds
+// into four 16-lane partial sums (piece k of 16 elements goes to sum k mod 4), which are then
+// added in a fixed tree. That order depends on `in` only, never on
 // the thread count, the chunking or how many rows are computed together.
 //
 // Written with GCC/Clang vector extensions: one 16-lane vector is one AVX-512 register
@@ -236,6 +238,23 @@ inline void row_q4_1(const uint8_t* w, int64_t in, Rows<R>& rows, float*) {
   });
 }
 
+// Q5_0 (22 bytes / 32): d * (q - 16); q is a nibble (as Q4_0) and, as its fifth bit, bit i
+// of the block's u32 qh for element i.
+template <int R>
+inline void row_q5_0(const uint8_t* w, int64_t in, Rows<R>& rows, float*) {
+  const u32x16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  for_blocks(in / 32, [&](int k, int64_t b) {
+    const uint8_t* blk = w + 22 * b;
+    const f32x16 d = splat(half_to_float(blk));
+    const u32x16 qh = u32x16{} + load<uint32_t>(blk + 2);
+    const i32x16 q = widen_u8(blk + 6);
+    const auto fifth_lo = reinterpret_cast<i32x16>(((qh >> lane) & 1) << 4);
+    const auto fifth_hi = reinterpret_cast<i32x16>(((qh >> (lane + 16)) & 1) << 4);
+    rows.add(k, 32 * b, d * __builtin_convertvector(((q & 15) | fifth_lo) - 16, f32x16));
+    rows.add(k + 1, 32 * b + 16, d * __builtin_convertvector(((q >> 4) | fifth_hi) - 16, f32x16));
+  });
+}
+
 // Q4_K (144 bytes / 256): sub-block s has dl = d*sc, ml = dmin*mn; value dl*q - ml.
 template <int R>
 inline void row_q4_k(const uint8_t* w, int64_t in, Rows<R>& rows, float*) {
@@ -294,6 +313,58 @@ inline void row_q6_k(const uint8_t* w, int64_t in, Rows<R>& rows, float*) {
   }
 }
 
+// Any block type without a kernel of its own: each 16-lane piece decoded by the type's
+// Decoder (io/dtype_decode.h, the values dequantize() gives), then multiplied. A piece lies in
+// one group of shared scales (groups are 16 or 32 elements).
+template <DType T, int R>
+inline void row_decoded(const uint8_t* w, int64_t in, Rows<R>& rows, float*) {
+  using D = Decoder<T>;
+  constexpr int per_block = static_cast<int>(block_elements(T));
+  static_assert(per_block % (2 * kLanes) == 0 && D::kGroup % kLanes == 0,
+                "blocks of whole pairs of 16-element pieces, groups of whole pieces");
+  auto block = [&](int k, int64_t b) {
+    const uint8_t* blk = w + block_bytes(T) * b;
+#pragma GCC unroll 16
+    for (int p = 0; p < per_block / kLanes; ++p) {
+      const int g = kLanes * p / D::kGroup, j0 = kLanes * p % D::kGroup;
+      const auto scale = D::scale(blk, g);
+      f32x16 v;
+      for (int j = 0; j < kLanes; ++j) v[j] = D::element(blk, scale, g, j0 + j);
+      rows.add(k + p, per_block * b + kLanes * p, v);
+    }
+  };
+  if constexpr (per_block == 2 * kLanes) {
+    for_blocks(in / per_block, block);  // k = 0 or 2: piece p of the row goes to sum p % 4
+  } else {
+    for (int64_t b = 0; b < in / per_block; ++b) block(0, b);  // 16 pieces a block
+  }
+}
+
+// The row kernel of each stored type: its own where it has one, else row_decoded.
+template <DType T, int R>
+constexpr void (*row_kernel())(const uint8_t*, int64_t, Rows<R>&, float*) {
+  if constexpr (T == DType::F32)
+    return row_f32<R>;
+  else if constexpr (T == DType::F16)
+    return row_f16<R>;
+  else if constexpr (T == DType::BF16)
+    return row_bf16<R>;
+  else if constexpr (T == DType::Q8_0)
+    return row_q8_0<R>;
+  else if constexpr (T == DType::Q4_0)
+    return row_q4_0<R>;
+  else if constexpr (T == DType::Q4_1)
+    return row_q4_1<R>;
+  else if constexpr (T == DType::Q4_K)
+    return row_q4_k<R>;
+  else if constexpr (T == DType::Q6_K)
+    return row_q6_k<R>;
+  else if constexpr (T == DType::Q5_0)
+    return row_q5_0<R>;
+  else
+    return row_decoded<T, R>;
+}
+
 using f32x8 = float __attribute__((vector_size(32)));
 using f32x4 = float __attribute__((vector_size(16)));
 
@@ -328,22 +399,11 @@ template <int R>
 void few_rows(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias, float* y,
               int64_t y_stride, int64_t begin, int64_t end) {
   switch (w.dtype()) {
-    case DType::F32:
-      return few_rows<R, row_f32<R>>(x, x_stride, w, bias, y, y_stride, begin, end);
-    case DType::F16:
-      return few_rows<R, row_f16<R>>(x, x_stride, w, bias, y, y_stride, begin, end);
-    case DType::BF16:
-      return few_rows<R, row_bf16<R>>(x, x_stride, w, bias, y, y_stride, begin, end);
-    case DType::Q8_0:
-      return few_rows<R, row_q8_0<R>>(x, x_stride, w, bias, y, y_stride, begin, end);
-    case DType::Q4_0:
-      return few_rows<R, row_q4_0<R>>(x, x_stride, w, bias, y, y_stride, begin, end);
-    case DType::Q4_1:
-      return few_rows<R, row_q4_1<R>>(x, x_stride, w, bias, y, y_stride, begin, end);
-    case DType::Q4_K:
-      return few_rows<R, row_q4_k<R>>(x, x_stride, w, bias, y, y_stride, begin, end);
-    case DType::Q6_K:
-      return few_rows<R, row_q6_k<R>>(x, x_stride, w, bias, y, y_stride, begin, end);
+#define CKV_DTYPE_CASE(name, ...) \
+  case DType::name:               \
+    return few_rows<R, row_kernel<DType::name, R>()>(x, x_stride, w, bias, y, y_stride, begin, end);
+    CKV_STORED_DTYPES(CKV_DTYPE_CASE)
+#undef CKV_DTYPE_CASE
   }
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// Rotary position embedding in HF's rotate_half convention (MODELS.md "RoPE (HF)"):
+// Rotary position embedding in HF's rotate_half convention (docs/MODELS.md "RoPE (HF)"):
 // for i < d_head/2, out[i] = x[i]*cos - x[i+d/2]*sin, out[i+d/2] = x[i+d/2]*cos + x[i]*sin,
 // with angle pos * inv_freq[i]. The frequencies are the model's (model/rope_freq.h).
 #include <span>

@@ -26,7 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/answer_score.h"
+#include "data/answer_score.h"
 #include "analysis/cache_eval.h"
 #include "io/h5.h"
 

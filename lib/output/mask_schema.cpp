@@ -128,7 +128,7 @@ void MaskFile::write_record(const MaskRecord& r) {
   put(g, "s_attn", h5::DType::F32, {n_layer, n_head, r.c}, flatten(r.sinks.s_attn), {"layer", "head", "pos"},
       "sink score: the unmasked attention each context position receives, summed over the evaluation rows");
   put(g, "s_val", h5::DType::F32, {n_layer, n_head, r.c}, flatten(r.sinks.s_val), {"layer", "head", "pos"},
-      "value-weighted sink score: s_attn times the position's value norm nu (MATH.md section 6)");
+      "value-weighted sink score: s_attn times the position's value norm nu (docs/MATH.md section 6)");
   for (const MaskRun& run : r.runs) {
     h5::Group rg = g.create_group("runs/" + run.name);
     rg.set_attr_string("source", run.source);

@@ -433,7 +433,7 @@ def test_protocol_sweep_rows_match_file(outs):
             assert x["actual"] == pytest.approx(mm[ci, b, ..., ix("L1")][ok].mean())
             assert x["our"] == pytest.approx(mm[ci, b, ..., ix("theta_hat")][ok].mean())
             assert x["prev"] == pytest.approx(mm[bi_, b, ..., col][ok].mean())
-            # MATH.md §3: theta_hat <= theta_rel at every query where S1 >= 1/2 (up to
+            # docs/MATH.md §3: theta_hat <= theta_rel at every query where S1 >= 1/2 (up to
             # rounding) for the valid readings; the others fall below it somewhere
             q = mq[bi_, b]                                     # [layer, head, query, metric]
             holds = q[..., ix("S1")] >= 0.5

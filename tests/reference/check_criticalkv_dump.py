@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Recompute snapkv and criticalkv(snapkv) selections and their actual L in NumPy.
 
-An audit of `ckv bound` on a real model, written from ../shared/spec/MATH.md (sections
+An audit of `ckv bound` on a real model, written from docs/MATH.md (sections
 1-4), not from the C++: given a dump of one record (`ckv dump --what q,k,v,attn,wo
 --dtype f32 --attn-rows all`) and the `ckv bound` HDF5 of the same record and model, it
 recomputes for a few layers and every query head

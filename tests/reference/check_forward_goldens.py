@@ -2,7 +2,7 @@
 """Sanity-check tests/data/golden/*.h5 against a second, independent forward pass:
 plain numpy in float64 from the weight files themselves (safetensors read
 directly; GGUF dequantised with gguf-py and un-permuted here; llama3 rope from
-MODELS.md's formula or from rope_freqs.weight). Also: attention rows sum to 1,
+docs/MODELS.md's formula or from rope_freqs.weight). Also: attention rows sum to 1,
 entries after the query are exactly 0. Uses the C++ tests' tolerances (issue 2),
 so a C++ failure against these goldens points at the C++ side.
 Usage: check_forward_goldens.py [golden.h5 ...]   (default: all)

@@ -12,8 +12,8 @@ independent of the C++ code:
   attention, which is ckv's `attn` method). The presses run in float64 on a fake
   attention module (config, o_proj) with the attention matrix given, so they never
   touch a real model.
-* NumPy, written from ../shared/spec/MATH.md: snapkv with max pooling (kvpress only
-  pools by average), and the perturbation metrics of MATH.md §3 for random
+* NumPy, written from docs/MATH.md: snapkv with max pooling (kvpress only
+  pools by average), and the perturbation metrics of docs/MATH.md §3 for random
   selections (L1/L2, theta, theta_hat, theta_rel, S, S1, C, nu_min).
 
 Layout (all float64 unless said; masks int32 [n_kv_head, c], 1 = kept):
@@ -225,7 +225,7 @@ def write_case(f, name, rng, n_head, n_kv, d_head, d_model, c, n_question, windo
 
 
 def metrics_numpy(a, keep, stage1, v, wo, head, nu1, nu2):
-    """MATH.md §3 in float64, directly from the formulas."""
+    """docs/MATH.md §3 in float64, directly from the formulas."""
     d = v.shape[1]
     w_h = wo[:, head * d:(head + 1) * d].T.astype(np.float64)  # [d, D]
     p_rows = v.astype(np.float64) @ w_h                         # [p+1, D] fine at this size

@@ -9,7 +9,7 @@ test_model_loader.cpp), all under tests/data/loaders/ (format_version 1):
   rows permuted as llama.cpp's converter does, plus rope_freqs.weight.
 - tiny_qwen2/ (bf16, sharded with model.safetensors.index.json, tied, q/k/v bias) and
   tiny_qwen2.gguf (qwen2: no permutation, no output.weight).
-- bad_arch.gguf (architecture 'gpt2') and unsupported_type.gguf (a Q5_K tensor).
+- bad_arch.gguf (architecture 'gpt2') and unsupported_type.gguf (an IQ4_XS tensor).
 - default_model_expected.json: what the gguf package reads from the default model's
   header, and slices of layer-0/last-layer q_proj/k_proj as transformers' GGUF loader
   dequantises and un-permutes them (skipped when the model file is absent).
@@ -69,7 +69,7 @@ def check_permutation_against_transformers(w, n_head):
 
 
 def llama3_rope_factors(cfg):
-    """The divisors llama.cpp's converter stores in rope_freqs.weight (MODELS.md RoPE)."""
+    """The divisors llama.cpp's converter stores in rope_freqs.weight (docs/MODELS.md RoPE)."""
     rp = cfg.rope_parameters
     base, dim = rp["rope_theta"], cfg.head_dim
     factor, low, high = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"]
@@ -202,8 +202,8 @@ def bad_files():
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 
     w = gguf.GGUFWriter(os.path.join(OUT, "unsupported_type.gguf"), "llama")
-    w.add_tensor("blk.0.attn_q.weight", np.zeros((1, 176), dtype=np.uint8),
-                 raw_shape=(1, 176), raw_dtype=gguf.GGMLQuantizationType.Q5_K)
+    w.add_tensor("blk.0.attn_q.weight", np.zeros((1, 136), dtype=np.uint8),
+                 raw_shape=(1, 136), raw_dtype=gguf.GGMLQuantizationType.IQ4_XS)
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 
 

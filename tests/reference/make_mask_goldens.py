@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Run HF transformers (float32, eager attention) with ckv mask's eviction protocol
-(MATH.md §6) expressed as additive attention masks, and write
+(docs/MATH.md §6) expressed as additive attention masks, and write
 tests/data/mask/hf_masks_v1.h5 (layout in tests/reference/README.md).
 
 The protocol: for every layer and KV head, query rows >= c get -inf on that head's

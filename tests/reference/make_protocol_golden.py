@@ -2,7 +2,7 @@
 """Golden values of `ckv bound`'s protocol options for tests/test_protocol_golden.cpp.
 
 Writes tests/data/protocol/protocol_v1.h5 (format_version 1). NumPy and h5py only: the
-selections and metrics are written here from ../shared/spec/MATH.md (sections 1-4) and
+selections and metrics are written here from docs/MATH.md (sections 1-4) and
 docs/BOUND.md ("Protocol", the tie rules), not by calling ckv's analysis code. The inputs
 are dumps of the tiny GQA test model made by the ckv binary (`ckv dump --what
 q,k,v,logits,wo --dtype f32`): the post-RoPE q/k/v, the last position's logits and o_proj
@@ -78,7 +78,7 @@ def dump(binary, tokens, path):
 
 
 def attention(q, k, p):
-    """MATH.md §1: causal softmax(q K^T / sqrt(d)) of the query at position p, keys [0, p]."""
+    """docs/MATH.md §1: causal softmax(q K^T / sqrt(d)) of the query at position p, keys [0, p]."""
     logits = k[: p + 1] @ q[p] / np.sqrt(q.shape[1])
     e = np.exp(logits - logits.max())
     return e / e.sum()
@@ -109,7 +109,7 @@ def budget(c, fraction):
 
 
 def select(method, score, nu, b, recent_from):
-    """(kept, stage1) of one KV head (MATH.md §4, Algorithm 1)."""
+    """(kept, stage1) of one KV head (docs/MATH.md §4, Algorithm 1)."""
     if method.startswith("criticalkv("):
         b1 = max(1, int(b * ALPHA))
         stage1 = top(score, b1, recent_from=recent_from)
@@ -121,7 +121,9 @@ def select(method, score, nu, b, recent_from):
 
 
 def head_metrics(A, keep, stage1_set, c, v, w_h, nu):
-    """MATH.md §3 for one query (A over keys [0, p]); keep/stage1 over the context, the rest kept."""
+    """docs/MATH.md §3 for one query (A over keys [0, p]).
+
+    keep/stage1 cover the context, the rest is kept."""
     p1 = len(A)
     kept = np.zeros(p1, bool)
     kept[list(keep)] = True
@@ -163,7 +165,7 @@ def run_case(d, n_prompt, context_end, ev, compress, reading, decoded):
         w = [wo[:, h * dh:(h + 1) * dh].T for h in range(n_head)]            # W_h [d, D]
         nu = [np.abs(v[h // group] @ w[h]).sum(axis=1) for h in range(n_head)]  # [seq]
         A = [[attention(q[h], k[h // group], p) for p in rows] for h in range(n_head)]
-        # scores per query head over [0, c), then the group mean (MATH.md §4)
+        # scores per query head over [0, c), then the group mean (docs/MATH.md §4)
         attn_h = np.array([np.mean([a[:c] for a in A[h]], axis=0) for h in range(n_head)])
         snap_h = np.array([pool(np.mean([attention(q[h], k[h // group], p)[: c - WINDOW]
                                          for p in range(c - WINDOW, c)], axis=0), KERNEL, POOL)

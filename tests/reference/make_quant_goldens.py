@@ -30,6 +30,12 @@ TYPES = {
     T.Q4_1: (64, [0, 2]),
     T.Q4_K: (16, [0, 2]),
     T.Q6_K: (16, [208]),
+    # Appended after the first eight, so their random draws (and goldens) stay as they were.
+    T.Q5_0: (64, [0]),
+    T.Q5_1: (64, [0, 2]),
+    T.Q2_K: (16, [80, 82]),
+    T.Q3_K: (16, [108]),
+    T.Q5_K: (16, [0, 2]),
 }
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Answer-scoring golden (tests/data/answer_score/golden_v1.json): the scores the official
 RULER and LongBench scripts give a table of (prediction, references) cases, which
-tests/test_answer_score.cpp compares lib/analysis/answer_score.cpp with.
+tests/test_answer_score.cpp compares lib/data/answer_score.cpp with.
 
     python3 tests/reference/make_score_goldens.py      # plain Python 3, no packages
 
@@ -22,7 +22,7 @@ The definitions below are written from the official sources (read, not copied):
   trec/triviaqa/samsum/lsht the prediction is first cut to `pred.lstrip('\\n')
   .split('\\n')[0]`). Exact match is SQuAD v1.1's `exact_match_score`
   (normalize_answer(pred) == normalize_answer(ref)), max over the references.
-* NIAH exact match (ckv's own, documented in lib/analysis/answer_score.h): SQuAD exact
+* NIAH exact match (ckv's own, documented in lib/data/answer_score.h): SQuAD exact
   match against the references joined by ", " (the record's "answer").
 
 Predictions given as bytes (`prediction_hex`) are decoded as UTF-8 with errors="replace"

@@ -272,7 +272,7 @@ def gguf_header(w, s, name):
 
 def llama3_rope_factors(s):
     """Per-frequency divisor of the angle, as llama.cpp's converter writes it in
-    rope_freqs.weight (MODELS.md, RoPE)."""
+    rope_freqs.weight (docs/MODELS.md, RoPE)."""
     r, dh = s["rope_scaling"], d_head(s)
     old, lo, hi, fac = (r["original_max_position_embeddings"], r["low_freq_factor"],
                         r["high_freq_factor"], r["factor"])

@@ -1,4 +1,4 @@
-#include "analysis/answer_score.h"
+#include "data/answer_score.h"
 
 #include <algorithm>
 #include <map>
