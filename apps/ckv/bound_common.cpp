@@ -157,7 +157,8 @@ class AnalysisRecorder : public Recorder {
       const AnalysisBlock& b = blocks_[bi];
       LayerRequest r;
       r.methods = b.methods;
-      r.budgets = rec_.budgets;
+      for (size_t i = 0; i < rec_.budgets.size(); ++i)  // the selection gets the fraction too (Budget)
+        r.budgets.push_back(rec_.keep_shares.empty() ? Budget(rec_.budgets[i]) : Budget(rec_.budgets[i], rec_.keep_shares[i]));
       r.params = b.params;
       r.c = rec_.c;
       r.layer = layer;
@@ -174,7 +175,7 @@ class AnalysisRecorder : public Recorder {
       if (collectors_ && (*collectors_)[bi]) {
         const DefensiveCollector& col = *(*collectors_)[bi];
         r.defensive = col.scores(layer);
-        for (int64_t budget : rec_.budgets) r.layer_totals[budget] = col.totals(budget).at(layer);
+        for (const Budget& budget : r.budgets) r.layer_totals[budget] = col.totals(budget).at(layer);
       }
       LayerResult part = analyze_layer(t, r, &pool_);
       if (bi == 0) {
@@ -218,6 +219,8 @@ BoundRecord prepare(const AnalysisOptions& o, const std::string& id, int64_t n, 
   if (o.params.window >= c)
     fail<InputError>("{}: --window {} is not shorter than the context of {} tokens", name, o.params.window, c);
   rec.budgets = resolve_budgets(o, c, name);
+  if (o.keep <= 0)
+    for (double f : parse_fractions(o.budgets)) rec.keep_shares.push_back(budget_of_fraction(c, f).keep_share);
   if (o.eval == "first-decode") rec.eval_rows = {n};
   else if (o.eval == "last") rec.eval_rows = {n - 1};
   else rec.eval_rows = evaluation_rows(context_end, n);

@@ -227,8 +227,8 @@ int64_t parse_budget(std::string_view text, int64_t c) {
   return b;
 }
 
-int64_t mask_budget(std::string_view fraction, int64_t keep, int64_t c) {
-  if (!fraction.empty()) return parse_budget(fraction, c);
+Budget mask_budget(std::string_view fraction, int64_t keep, int64_t c) {
+  if (!fraction.empty()) return {parse_budget(fraction, c), budget_of_fraction(c, parse_budget_fraction(fraction, "--budget")).keep_share};
   check_keep(keep);
   if (keep >= c) fail<InputError>("--keep {}: keeps all {} context entries, nothing to evict", keep, c);
   return keep;
@@ -240,8 +240,8 @@ method_mask_source(const ModelConfig& config, const ModelWeights& weights, const
   const MethodSpec::Kind leaf = req.method.leaf().kind;
   if (leaf == MethodSpec::Kind::File || leaf == MethodSpec::Kind::Oracle)
     fail<InputError>("--method {}: not available inside a forward pass (use --selection-file)", req.method.name());
-  if (req.budget <= 0) fail<InputError>("--budget: keeps nothing of the context");
-  if (req.budget >= req.c) fail<InputError>("--budget {}: keeps the whole context of {}", req.budget, req.c);
+  if (req.budget.kept <= 0) fail<InputError>("--budget: keeps nothing of the context");
+  if (req.budget.kept >= req.c) fail<InputError>("--budget {}: keeps the whole context of {}", req.budget.kept, req.c);
   check_lists(req.layers, req.kv_heads, config.n_layer, config.n_kv_head);
   if (plan == nullptr || plan->n_layer != config.n_layer || plan->c != req.c)
     fail<InputError>("method mask: the plan does not match the model");

@@ -90,7 +90,7 @@ std::vector<int64_t> complement(const std::vector<int64_t>& kept, int64_t c);
 // per KV head.
 struct MethodMask {
   MethodSpec method;
-  int64_t budget = 0;
+  Budget budget;  // kept per KV head (with a fraction's keep share, selection.h)
   SelectionParams params;
   int64_t c = 0;
   std::vector<int64_t> eval_rows;  // the question rows, for the attn method
@@ -117,7 +117,8 @@ method_mask_source(const ModelConfig& config, const ModelWeights& weights, const
 // InputError when the budget keeps the whole context (nothing to evict).
 int64_t parse_budget(std::string_view text, int64_t c);
 // The kept entries per KV head of `ckv mask --method`: --budget FRACTION when `fraction` is
-// not empty, else --keep `keep` (check_keep); InputError when it keeps all c entries.
-int64_t mask_budget(std::string_view fraction, int64_t keep, int64_t c);
+// not empty (with its keep share, Budget in selection.h), else --keep `keep` (check_keep);
+// InputError when it keeps all c entries.
+Budget mask_budget(std::string_view fraction, int64_t keep, int64_t c);
 
 }  // namespace ckv
