@@ -4,7 +4,7 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET=60] [TARGET...]
 # Targets (fuzz/CMakeLists.txt), all by default:
 #   parsers  gguf safetensors safetensors_index config_json tokenizer_gguf tokenize_text
-#   inputs   records selection_file headkv_profile cli
+#   inputs   records selection_file headkv_profile duo_pattern cli
 #   outputs  h5_info h5_merge h5_bound_dump h5_mutate
 # The parsers' corpora are seeded from the small valid files in tests/data; the others'
 # from real ckv runs by scripts/fuzz_corpus.sh (run here when fuzz/corpus/templates is
@@ -16,7 +16,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 seconds=${1:-60}
 shift || true
 targets=("$@")
-all=(gguf safetensors safetensors_index config_json tokenizer_gguf tokenize_text records selection_file headkv_profile cli
+all=(gguf safetensors safetensors_index config_json tokenizer_gguf tokenize_text records selection_file headkv_profile duo_pattern cli
      h5_info h5_merge h5_bound_dump h5_mutate)
 ((${#targets[@]})) || targets=("${all[@]}")
 for t in "${targets[@]}"; do
@@ -47,7 +47,7 @@ dict() {
   case $1 in
     gguf | tokenizer_gguf) echo "-dict=$root/fuzz/gguf.dict" ;;
     cli) echo "-dict=$root/fuzz/corpus/cli.dict" ;;
-    h5_*) ;;
+    h5_* | duo_pattern) ;;
     *) echo "-dict=$root/fuzz/json.dict" ;;
   esac
 }
@@ -59,6 +59,11 @@ for t in "${targets[@]}"; do
   artifacts=$root/fuzz/artifacts/$t
   mkdir -p "$corpus" "$artifacts"
   seeds "$t" | while read -r f; do cp -n "$f" "$corpus/" 2>/dev/null || true; done
+  if [[ $t == duo_pattern ]]; then  # tiny-model patterns (2 layers x 2 KV heads) and a ragged one
+    printf '0.5\t1\n0\t0.25\n' >"$corpus/seed-2x2.tsv"
+    printf '1e-300\t2\r\n-3\t 0.75\n\n' >"$corpus/seed-clipped.tsv"
+    printf '0.1\t0.2\t0.3\n0.4\n' >"$corpus/seed-ragged.tsv"
+  fi
   log=$build/fuzz_$t.log
   before=$(find "$artifacts" -type f | wc -l)
   set +e

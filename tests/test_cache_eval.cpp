@@ -101,7 +101,9 @@ TEST_P(CacheEval, FirstTokenEqualsMaskAndPerturbationEqualsBound) {
     std::iota(heads.begin(), heads.end(), 0);
     for (int64_t i = c; i < n; ++i) rows.push_back(i);
     EvictionPlan plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, c, n);
-    const MethodMask mm{.method = method, .budget = run.budget, .params = s.params, .c = c, .eval_rows = rows,
+    // The run's budget as eval gives it to the selection: with its fraction (Budget).
+    const Budget budget = std::isnan(run.fraction) ? Budget(run.budget) : budget_of_fraction(c, run.fraction);
+    const MethodMask mm{.method = method, .budget = budget, .params = s.params, .c = c, .eval_rows = rows,
                         .layers = layers, .kv_heads = heads, .pool = &pool, .layer_totals = {}};
     ForwardRequest masked;
     masked.layer_mask = method_mask_source(cf, model.weights, mm, &plan);
@@ -118,7 +120,7 @@ TEST_P(CacheEval, FirstTokenEqualsMaskAndPerturbationEqualsBound) {
       const LayerTensors t{.q = &L.q, .k = &L.k, .v = &L.v, .wo = &wo, .nu_l1 = &nu.l1, .nu_l2 = &nu.l2};
       LayerRequest lr;
       lr.methods = {MethodSpec::parse("file")};
-      lr.budgets = {run.budget};
+      lr.budgets = {budget};
       lr.c = c;
       lr.eval_rows = {n};
       lr.layer = l;
@@ -224,7 +226,8 @@ TEST_P(CacheEvalMethods, EqualMaskMethod) {
   std::iota(layers.begin(), layers.end(), 0);
   std::iota(heads.begin(), heads.end(), 0);
   for (int64_t i = c; i < n; ++i) rows.push_back(i);
-  MethodMask mm{.method = s.methods[0], .budget = run.budget, .params = s.params, .c = c, .eval_rows = rows,
+  const Budget budget = budget_of_fraction(c, run.fraction);  // as eval gives it to the selection
+  MethodMask mm{.method = s.methods[0], .budget = budget, .params = s.params, .c = c, .eval_rows = rows,
                 .layers = layers, .kv_heads = heads, .pool = &pool, .layer_totals = {}};
   if (mm.method.layer_global()) {
     DefensiveCollector col(model.weights, cf.n_head, c, s.params, &pool);
@@ -232,7 +235,7 @@ TEST_P(CacheEvalMethods, EqualMaskMethod) {
     pre.record.qkv = true;
     pre.recorder = &col;
     fwd.run(std::span(input.prompt).first(static_cast<size_t>(c)), pre);
-    mm.layer_totals = col.totals(run.budget);
+    mm.layer_totals = col.totals(budget);
   }
   EvictionPlan plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, c, n);
   ForwardRequest masked;

@@ -72,6 +72,21 @@ std::vector<int32_t> mask_of(const Selection& s, int64_t c) {
   return out;
 }
 
+// A case's budgets as a user gives them (its fractions; the references receive the ratio
+// 1 - f), each checked to keep the case's kept-per-head count (kvpress's compute_n_kept).
+std::vector<Budget> budgets_of(const h5::Group& cg) {
+  const int64_t c = cg.attr_int("c");
+  const std::vector<double> fractions = cg.attr_doubles("fractions");
+  const std::vector<int64_t> kept = cg.attr_ints("budgets");
+  EXPECT_EQ(fractions.size(), kept.size());
+  std::vector<Budget> out;
+  for (size_t i = 0; i < fractions.size() && i < kept.size(); ++i) {
+    out.push_back(budget_of_fraction(c, fractions[i]));
+    EXPECT_EQ(out.back().kept, kept[i]) << cg.where() << " fraction " << fractions[i];
+  }
+  return out;
+}
+
 TEST(MethodsGolden, DefensiveKvMatchesOfficialCode) {
   h5::File f = h5::File::open_read(kGolden);
   ASSERT_EQ(f.attr_int("format_version"), 1);
@@ -110,7 +125,7 @@ TEST(MethodsGolden, DefensiveKvMatchesOfficialCode) {
         r.eval_rows = evaluation_rows(c, n);
         scores[label].push_back(selection_inputs(t, r, false, false).defensive);
       }
-    const std::vector<int64_t> budgets = cg.attr_ints("budgets");
+    const std::vector<Budget> budgets = budgets_of(cg);
     const std::vector<int64_t> totals = cg.open_dataset("layer_totals").read<int64_t>();        // [budget, layer]
     const std::vector<int32_t> determined = cg.open_dataset("layer_determined").read<int32_t>();  // [budget, layer]
     for (size_t li = 0; li < layers.size(); ++li) {
@@ -123,7 +138,7 @@ TEST(MethodsGolden, DefensiveKvMatchesOfficialCode) {
         const int64_t n_kv = layers[li].k.dim(0);
         ASSERT_EQ(ref.size(), budgets.size() * static_cast<size_t>(n_kv * c));
         for (size_t bi = 0; bi < budgets.size(); ++bi) {
-          const int64_t budget = budgets[bi];
+          const Budget budget = budgets[bi];
           SelectionInputs in;
           in.c = c;
           in.n_kv_head = n_kv;
@@ -133,14 +148,14 @@ TEST(MethodsGolden, DefensiveKvMatchesOfficialCode) {
             for (const auto& s : scores[label]) all.push_back(s.get());
             in.layer_totals[budget] = layer_defensive_totals(all, budget)[li];
             const size_t at = bi * layers.size() + li;
-            EXPECT_EQ(in.layer_totals[budget], totals[at]) << name << " layer " << layers[li].layer << " budget " << budget;
+            EXPECT_EQ(in.layer_totals[budget], totals[at]) << name << " layer " << layers[li].layer << " budget " << budget.kept;
             if (!determined[at]) continue;  // the official kept set cuts through tied scores
             ++layer_global;
           }
           const Selection s = select(spec, in, budget, params_for(label, cg));
           const auto first = ref.begin() + static_cast<std::ptrdiff_t>(bi * static_cast<size_t>(n_kv * c));
           EXPECT_EQ(mask_of(s, c), std::vector<int32_t>(first, first + n_kv * c))
-              << name << " layer " << layers[li].layer << " " << label << " budget " << budget;
+              << name << " layer " << layers[li].layer << " " << label << " budget " << budget.kept;
           ++compared;
         }
       }
@@ -157,7 +172,7 @@ TEST(MethodsGolden, DuoAttentionMatchesKvpress) {
   for (const std::string& name : cases.children()) {
     const h5::Group cg = cases.open_group(name);
     const int64_t c = cg.attr_int("c");
-    const std::vector<int64_t> budgets = cg.attr_ints("budgets");
+    const std::vector<Budget> budgets = budgets_of(cg);
     const SelectionParams p = params_for("duoattention", cg);
     for (const std::string& l : cg.open_group("layers").children()) {
       const h5::Group lg = cg.open_group("layers/" + l);
@@ -173,7 +188,7 @@ TEST(MethodsGolden, DuoAttentionMatchesKvpress) {
         const Selection s = select(MethodSpec::parse("duoattention"), in, budgets[bi], p);
         const auto first = ref.begin() + static_cast<std::ptrdiff_t>(bi * static_cast<size_t>(size));
         EXPECT_EQ(mask_of(s, c), std::vector<int32_t>(first, first + size))
-            << name << " layer " << l << " duoattention budget " << budgets[bi];
+            << name << " layer " << l << " duoattention budget " << budgets[bi].kept;
         for (const auto& kept : s.kept) streaming += static_cast<int64_t>(kept.size()) < c;
         ++compared;
       }
@@ -204,16 +219,16 @@ TEST(MethodsGolden, PyramidKvMatchesKvpress) {
       r.eval_rows = evaluation_rows(c, n);
       const SelectionInputs in = selection_inputs(t, r, true, false);
       const std::vector<int32_t> ref = lg.open_dataset("kept/pyramidkv").read<int32_t>();  // [budget, n_kv_head, c]
-      const std::vector<int64_t> budgets = cg.attr_ints("budgets");
+      const std::vector<Budget> budgets = budgets_of(cg);
       const int64_t size = k.dim(0) * c;
       ASSERT_EQ(ref.size(), budgets.size() * static_cast<size_t>(size));
       for (size_t bi = 0; bi < budgets.size(); ++bi) {
         const Selection s = select(r.methods[0], in, budgets[bi], r.params);
         const auto first = ref.begin() + static_cast<std::ptrdiff_t>(bi * static_cast<size_t>(size));
         EXPECT_EQ(mask_of(s, c), std::vector<int32_t>(first, first + size))
-            << name << " layer " << l << " pyramidkv budget " << budgets[bi];
+            << name << " layer " << l << " pyramidkv budget " << budgets[bi].kept;
         // Cases where the layer's budget differs from the uniform one (the pyramid proper).
-        pyramid += static_cast<int64_t>(s.kept[0].size()) != budgets[bi];
+        pyramid += static_cast<int64_t>(s.kept[0].size()) != budgets[bi].kept;
         ++compared;
       }
     }

@@ -1,8 +1,6 @@
 #include "bound_common.h"
 
 #include <algorithm>
-#include <charconv>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -14,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/layer_allocation.h"
+#include "analysis/mask_plan.h"
 #include "analysis/value_norms.h"
 #include "bound_report.h"
 #include "core/atomic_file.h"
@@ -59,45 +58,6 @@ struct RecordInput {
   std::vector<int32_t> tokens;
   int64_t c = 0;
 };
-
-// Reads the selection file: {"<layer>": [[kv_head 0 positions], [kv_head 1 ...], ...]}: a
-// layer index of the model, one list per KV head, each position >= 0 and listed once (the
-// upper end, the record's c, is checked per record by check_selection).
-std::map<int64_t, std::vector<std::vector<int64_t>>> read_selection_file(const std::string& path, int64_t n_layer,
-                                                                          int64_t n_kv_head) {
-  std::map<int64_t, std::vector<std::vector<int64_t>>> out;
-  if (path.empty()) return out;
-  std::ifstream in(path);
-  if (!in) fail<InputError>("{}: cannot read the selection file", path);
-  nlohmann::json j;
-  try {
-    in >> j;
-    if (!j.is_object()) throw std::invalid_argument("not an object");
-    for (auto& [layer, heads] : j.items()) {
-      int64_t l = -1;
-      const auto [end, ec] = std::from_chars(layer.data(), layer.data() + layer.size(), l);
-      if (ec != std::errc() || end != layer.data() + layer.size() || l < 0 || l >= n_layer)
-        fail<InputError>("{}: layer \"{}\" is not a layer index below {}", path, layer, n_layer);
-      out[l] = heads.get<std::vector<std::vector<int64_t>>>();
-    }
-  } catch (const InputError&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail<InputError>("{}: not a selection file {{\"<layer>\": [[positions per KV head]]}}: {}", path, e.what());
-  }
-  for (const auto& [l, heads] : out) {
-    if (static_cast<int64_t>(heads.size()) != n_kv_head)
-      fail<InputError>("{}: layer {}: {} lists, the model has {} KV heads", path, l, heads.size(), n_kv_head);
-    for (size_t g = 0; g < heads.size(); ++g) {
-      std::set<int64_t> seen;
-      for (int64_t i : heads[g]) {
-        if (i < 0) fail<InputError>("{}: layer {} KV head {}: position {} is negative", path, l, g, i);
-        if (!seen.insert(i).second) fail<InputError>("{}: layer {} KV head {}: position {} listed twice", path, l, g, i);
-      }
-    }
-  }
-  return out;
-}
 
 // A selection file's positions against a record's context [0, c).
 void check_selection(const std::string& path, int64_t layer, const std::vector<std::vector<int64_t>>& heads,
@@ -157,7 +117,8 @@ class AnalysisRecorder : public Recorder {
       const AnalysisBlock& b = blocks_[bi];
       LayerRequest r;
       r.methods = b.methods;
-      r.budgets = rec_.budgets;
+      for (size_t i = 0; i < rec_.budgets.size(); ++i)  // the selection gets the fraction too (Budget)
+        r.budgets.push_back(rec_.keep_shares.empty() ? Budget(rec_.budgets[i]) : Budget(rec_.budgets[i], rec_.keep_shares[i]));
       r.params = b.params;
       r.c = rec_.c;
       r.layer = layer;
@@ -174,7 +135,7 @@ class AnalysisRecorder : public Recorder {
       if (collectors_ && (*collectors_)[bi]) {
         const DefensiveCollector& col = *(*collectors_)[bi];
         r.defensive = col.scores(layer);
-        for (int64_t budget : rec_.budgets) r.layer_totals[budget] = col.totals(budget).at(layer);
+        for (const Budget& budget : r.budgets) r.layer_totals[budget] = col.totals(budget).at(layer);
       }
       LayerResult part = analyze_layer(t, r, &pool_);
       if (bi == 0) {
@@ -218,6 +179,8 @@ BoundRecord prepare(const AnalysisOptions& o, const std::string& id, int64_t n, 
   if (o.params.window >= c)
     fail<InputError>("{}: --window {} is not shorter than the context of {} tokens", name, o.params.window, c);
   rec.budgets = resolve_budgets(o, c, name);
+  if (o.keep <= 0)
+    for (double f : parse_fractions(o.budgets)) rec.keep_shares.push_back(budget_of_fraction(c, f).keep_share);
   if (o.eval == "first-decode") rec.eval_rows = {n};
   else if (o.eval == "last") rec.eval_rows = {n - 1};
   else rec.eval_rows = evaluation_rows(context_end, n);
@@ -334,7 +297,7 @@ int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std
   const std::vector<int64_t> layers = parse_index_list(o.layers, model.config.n_layer, "--layers");
   std::vector<std::map<int64_t, std::vector<std::vector<int64_t>>>> files;
   for (const AnalysisBlock& b : blocks)
-    files.push_back(read_selection_file(b.selection_file, model.config.n_layer, model.config.n_kv_head));
+    files.push_back(read_layer_selection_file(b.selection_file, model.config.n_layer, model.config.n_kv_head));
   ThreadPool pool(g.resolved_threads());
   if (!shard.is_whole() && o.input_jsonl.empty())
     fail<UsageError>("--shard {}: sharding needs a JSONL batch (--input)", shard.to_string());

@@ -149,7 +149,7 @@ void info_output(const std::string& path, const h5::File& f, const OutputSummary
 
 void info_dump(const std::string& path, bool json) {
   h5::File f = h5::File::open_read(path);
-  const OutputSummary summary = validate_output(f);
+  const OutputSummary summary = validate_output(f, {.read_data = true});  // "checks a file whole": its data too
   if (summary.schema != kDumpSchema) return info_output(path, f, summary, json);
   nlohmann::ordered_json j;
   j["file"] = path;

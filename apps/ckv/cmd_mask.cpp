@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "core/input_file.h"
 #include "analysis/layer_allocation.h"
 #include "analysis/mask_metrics.h"
 #include "analysis/mask_plan.h"
@@ -329,9 +330,7 @@ Prepared prepare_prompt(const MaskOptions& o, const Model& model) {
   const bool builtin = o.input.prompt.empty() && o.input.prompt_file.empty();
   std::string context = builtin ? kContext : o.input.prompt;
   if (!o.input.prompt_file.empty()) {
-    std::ifstream in(o.input.prompt_file, std::ios::binary);
-    if (!in) fail<IoError>("{}: cannot read the prompt file", o.input.prompt_file);
-    context.assign(std::istreambuf_iterator<char>(in), {});
+    context = read_regular_file(o.input.prompt_file, "the prompt file");
   }
   InputRecord r;
   r.id = "0";

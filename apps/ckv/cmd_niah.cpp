@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/input_file.h"
 #include "common.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -41,11 +42,10 @@ NiahModel load_tokenizer(const std::filesystem::path& path) {
   if (std::filesystem::is_directory(path)) {
     NiahModel m{tokenizer_from_json(path / "tokenizer.json"), 0};
     const std::filesystem::path config = path / "config.json";
-    std::ifstream in(config);
-    if (!in) fail<IoError>("{}: cannot open", config.string());
+    const std::string text = read_regular_file(config, "the model config");
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(in);
+      j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
       fail<FormatError>("{}: not valid JSON ({})", config.string(), e.what());
     }
@@ -82,9 +82,7 @@ void run_niah(NiahCliOptions o, const GlobalOptions& g) {
   if (o.out != "-") AtomicOutput::check(o.out, output_options);
   std::string haystack = kNiahNoise;
   if (o.haystack != "noise") {
-    std::ifstream in(o.haystack, std::ios::binary);
-    if (!in) fail<IoError>("{}: cannot open the haystack file", o.haystack);
-    haystack.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    haystack = read_regular_file(o.haystack, "the haystack file");
     o.niah.haystack_name = std::filesystem::path(o.haystack).filename().string();
   }
   o.niah.value_kind = o.value_type == "uuids" ? NiahValueKind::Uuids : NiahValueKind::Numbers;

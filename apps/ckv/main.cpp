@@ -4,6 +4,7 @@
 // build_app() is the whole command line without main(): the fuzz targets (fuzz/) compile
 // this file with CKV_APP_NO_MAIN and parse argv through the same app.
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <exception>
@@ -152,6 +153,9 @@ void build_app(CLI::App& app, GlobalOptions& g) {
 #ifndef CKV_APP_NO_MAIN
 int main(int argc, char** argv) {
   using namespace ckv::app;
+  // Past a file-size limit (ulimit -f) a write then fails with EFBIG, which is reported and
+  // cleaned up like a full disk, instead of SIGXFSZ killing the process without a word.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app;
   GlobalOptions g;
   g.argc = argc;

@@ -1,3 +1,4 @@
+#include "core/input_file.h"
 #include "prompt_input.h"
 
 #include <fstream>
@@ -20,11 +21,7 @@ void add_prompt_options(CLI::App& cmd, PromptOptions& o) {
 }
 
 std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail<InputError>("{}: cannot read the prompt file", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_regular_file(path, "the prompt file");
 }
 
 std::vector<int32_t> prompt_tokens(const PromptOptions& o, const Model& model,

@@ -211,7 +211,7 @@ LayerResult analyze_layer(const LayerTensors& t, const LayerRequest& r, ThreadPo
     if (c > r.oracle_max_n) {
       out.oracle_skipped = true;
     } else {
-      const int64_t picks = *std::max_element(r.budgets.begin(), r.budgets.end());
+      const int64_t picks = std::max_element(r.budgets.begin(), r.budgets.end())->kept;
       in.oracle_rank = ScoreMatrix::Constant(d.n_kv_head, c, -1.0);
       for_each(pool, d.n_kv_head, [&](int64_t g) {
         OracleInput oi{c, kv_head(*t.v, d, g), t.wo->data(), d.d_head, d.d_model, d.n_head, {}};

@@ -35,7 +35,7 @@ struct LayerTensors {
 
 struct LayerRequest {
   std::vector<MethodSpec> methods;
-  std::vector<int64_t> budgets;    // kept entries per KV head, each in [1, c]
+  std::vector<Budget> budgets;     // kept entries per KV head, each in [1, c] (with its keep share)
   SelectionParams params;
   int64_t c = 0;                   // context end
   int64_t layer = 0, n_layer = 0;  // the layer's depth (pyramidkv's budget)
@@ -46,7 +46,7 @@ struct LayerRequest {
   std::vector<std::vector<int64_t>> file_kept;  // [n_kv_head][*] for the "file" method
   // Layer-global methods (MethodSpec::layer_global): budget -> this layer's total kept
   // entries over its KV heads, from a pre-pass over all layers (layer_defensive_totals).
-  std::map<int64_t, int64_t> layer_totals;
+  std::map<Budget, int64_t> layer_totals;
   // The layer's DefensiveKV scores when a pre-pass computed them already (else computed here).
   std::shared_ptr<const DefensiveScores> defensive;
   // The model's RoPE frequencies (rope_inv_freq): expectedattention undoes the queries'

@@ -41,7 +41,7 @@ bool any_of_kind(const std::vector<MethodSpec>& methods, Kind kind) {
 struct Planned {
   MethodSpec method;
   double fraction = 1;
-  int64_t budget = 0;
+  Budget budget;  // kept per KV head, with the fraction's keep share (selection.h)
   EvictionPlan plan;
 };
 
@@ -63,7 +63,7 @@ void cache_rows(const KvCache& cache, int64_t layer, int64_t count, Tensor& k, T
 class LayerSelector {
  public:
   LayerSelector(const Model& model, std::vector<Planned*> plans, int64_t c, std::vector<int64_t> eval_rows,
-                const SelectionParams& params, std::map<int64_t, std::map<int64_t, int64_t>> totals, ThreadPool& pool)
+                const SelectionParams& params, std::map<Budget, std::map<int64_t, int64_t>> totals, ThreadPool& pool)
       : model_(model), plans_(std::move(plans)), c_(c), eval_rows_(std::move(eval_rows)), params_(params),
         totals_(std::move(totals)), pool_(pool),
         inv_freq_(std::make_shared<const std::vector<float>>(rope_inv_freq(model.config, model.weights.rope_freq_factors))) {
@@ -105,11 +105,11 @@ class LayerSelector {
   const Model& model_;
   std::vector<Planned*> plans_;
   std::vector<MethodSpec> methods_;
-  std::vector<int64_t> budgets_;
+  std::vector<Budget> budgets_;
   int64_t c_;
   std::vector<int64_t> eval_rows_;
   const SelectionParams& params_;
-  std::map<int64_t, std::map<int64_t, int64_t>> totals_;
+  std::map<Budget, std::map<int64_t, int64_t>> totals_;
   ThreadPool& pool_;
   std::shared_ptr<const std::vector<float>> inv_freq_;  // [d_head/2] the model's RoPE frequencies
 };
@@ -248,20 +248,20 @@ CacheEvalResult evaluate_with_cache(Forward& fwd, const Model& model, const Cach
       std::iota(heads.begin(), heads.end(), 0);
       Planned p{.method = m, .fraction = std::numeric_limits<double>::quiet_NaN(), .budget = 0,
                 .plan = plan_from_selection_file(s.selection_file, c, n, layers, heads, cf.n_layer, cf.n_kv_head)};
-      p.budget = c - p.plan.total_evicted() / (cf.n_layer * cf.n_kv_head);
+      p.budget = Budget(c - p.plan.total_evicted() / (cf.n_layer * cf.n_kv_head));
       plans.push_back(std::move(p));
       continue;
     }
     for (double f : s.budgets) {
-      const int64_t b = budget_from_fraction(c, f);
-      if (b >= c) fail<InputError>("{}: budget {} keeps all {} evictable entries", who, f, c);
+      const Budget b = budget_of_fraction(c, f);
+      if (b.kept >= c) fail<InputError>("{}: budget {} keeps all {} evictable entries", who, f, c);
       plans.push_back({.method = m, .fraction = f, .budget = b, .plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, c, n)});
     }
   }
 
   // Layer-global allocations (layer-defensivekv) need every layer's scores first: a pre-pass
   // over the evictable rows.
-  std::map<int64_t, std::map<int64_t, int64_t>> totals;  // budget -> layer -> kept over its KV heads
+  std::map<Budget, std::map<int64_t, int64_t>> totals;  // budget -> layer -> kept over its KV heads
   if (std::any_of(plans.begin(), plans.end(), [](const Planned& p) { return p.method.layer_global(); })) {
     DefensiveCollector col(model.weights, cf.n_head, c, s.params, &pool);
     ForwardRequest pre;
@@ -375,7 +375,7 @@ CacheEvalResult evaluate_with_cache(Forward& fwd, const Model& model, const Cach
       CacheEvalRun run;
       run.method = plans[p].method.name();
       run.fraction = plans[p].fraction;
-      run.budget = plans[p].budget;
+      run.budget = plans[p].budget.kept;
       run.l1 = std::move(probe.l1[p]);
       run.l2 = std::move(probe.l2[p]);
       run.mean_l1 = mean_of(run.l1);

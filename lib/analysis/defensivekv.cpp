@@ -106,14 +106,16 @@ std::shared_ptr<const DefensiveScores> defensive_combine(const std::vector<Defen
   return out;
 }
 
-ScoreMatrix defensive_budget_scores(const DefensiveScores& s, int64_t budget,
+ScoreMatrix defensive_budget_scores(const DefensiveScores& s, Budget budget,
                                     std::vector<std::vector<int64_t>>* stage1) {
   const int64_t prefix = s.c - s.window;
   // int(q_len * (1 - compression_ratio) - window_size) with q_len the prefix length and
-  // 1 - compression_ratio = b / c; Python's int() truncates toward zero.
-  const auto cap = static_cast<int64_t>(static_cast<double>(prefix) * static_cast<double>(budget) /
-                                            static_cast<double>(s.c) -
-                                        static_cast<double>(s.window));
+  // 1 - compression_ratio the keep share (b / c for a count); Python's int() truncates
+  // toward zero.
+  const double kept_prefix = budget.is_count() ? static_cast<double>(prefix) * static_cast<double>(budget.kept) /
+                                                     static_cast<double>(s.c)
+                                               : static_cast<double>(prefix) * budget.keep_share;
+  const auto cap = static_cast<int64_t>(kept_prefix - static_cast<double>(s.window));
   ScoreMatrix out = s.scores;
   if (stage1) stage1->assign(static_cast<size_t>(s.n_kv_head), {});
   for (int64_t g = 0; g < s.n_kv_head; ++g) {
@@ -126,7 +128,14 @@ ScoreMatrix defensive_budget_scores(const DefensiveScores& s, int64_t budget,
   return out;
 }
 
-Selection select_defensive(const DefensiveScores& s, int64_t budget, int64_t total) {
+int64_t defensive_layer_total(Budget budget, int64_t c, int64_t n_kv_head) {
+  if (budget.is_count()) return std::min(budget.kept, c) * n_kv_head;
+  // int(q_len * (1 - compression_ratio) * num_key_value_heads), evaluated left to right.
+  const double total = static_cast<double>(c) * budget.keep_share * static_cast<double>(n_kv_head);
+  return std::clamp<int64_t>(static_cast<int64_t>(total), 0, c * n_kv_head);
+}
+
+Selection select_defensive(const DefensiveScores& s, Budget budget, int64_t total) {
   Selection out;
   const ScoreMatrix scores = defensive_budget_scores(s, budget, &out.stage1);
   const Eigen::Map<const Eigen::RowVectorXd> flat(scores.data(), scores.size());
@@ -136,7 +145,7 @@ Selection select_defensive(const DefensiveScores& s, int64_t budget, int64_t tot
   return out;
 }
 
-std::vector<int64_t> layer_defensive_totals(const std::vector<const DefensiveScores*>& layers, int64_t budget) {
+std::vector<int64_t> layer_defensive_totals(const std::vector<const DefensiveScores*>& layers, Budget budget) {
   struct Entry {
     double score;
     int64_t layer, index;
@@ -145,8 +154,15 @@ std::vector<int64_t> layer_defensive_totals(const std::vector<const DefensiveSco
   int64_t total = 0;
   for (size_t l = 0; l < layers.size(); ++l) {
     const ScoreMatrix scores = defensive_budget_scores(*layers[l], budget, nullptr);
-    total += std::min(budget, layers[l]->c) * layers[l]->n_kv_head;
+    if (budget.is_count()) total += std::min(budget.kept, layers[l]->c) * layers[l]->n_kv_head;
     for (int64_t i = 0; i < scores.size(); ++i) entries.push_back({scores.data()[i], static_cast<int64_t>(l), i});
+  }
+  if (!budget.is_count() && !layers.empty()) {
+    // int(q_len * (1 - compression_ratio) * num_key_value_heads * num_hidden_layers), left
+    // to right, over the layers given (every layer of one prompt has the same c).
+    const double t = static_cast<double>(layers.front()->c) * budget.keep_share *
+                     static_cast<double>(layers.front()->n_kv_head) * static_cast<double>(layers.size());
+    total = std::max<int64_t>(0, static_cast<int64_t>(t));
   }
   total = std::min<int64_t>(total, static_cast<int64_t>(entries.size()));
   std::nth_element(entries.begin(), entries.begin() + total, entries.end(), [](const Entry& a, const Entry& b) {

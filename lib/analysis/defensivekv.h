@@ -15,14 +15,16 @@
 //     positions, the evident intent);
 //   * stage 1 (CriticalKV's, by attention mass): the entries of the highest window-mean
 //     attention (normalised over the prefix) until their cumulative mass reaches
-//     0.9 - window share, capped at int((c - w) b / c - w) (a negative cap is a Python
-//     slice: all but its last |cap| entries); the window share is the mean mass on the
+//     0.9 - window share, capped at int((c - w)(1 - r) - w) (Budget: the keep share 1 - r
+//     of a fraction, b / c for a count; a negative cap is a Python slice: all but its last
+//     |cap| entries); the window share is the mean mass on the
 //     32 positions just before the window (official), or on the window itself
 //     (--defensive-share window, the intent); stage-1 entries and the window score the
 //     layer maximum M of the scores;
-//   * DefensiveKV: the top b * n_kv_head of the layer jointly (AdaKV without safeguard);
-//     Layer-DefensiveKV: the top b * n_kv_head * n_layer over all layers jointly gives
-//     each layer its total (layer_defensive_totals), then that layer's joint top.
+//   * DefensiveKV: the top int(c (1 - r) n_kv_head) of the layer jointly (AdaKV without
+//     safeguard; b * n_kv_head for a count); Layer-DefensiveKV: the top
+//     int(c (1 - r) n_kv_head n_layer) over all layers jointly gives each layer its total
+//     (layer_defensive_totals), then that layer's joint top.
 //
 // Ties go to the lower layer, KV head, position (torch.topk leaves them unspecified).
 #include <cstdint>
@@ -63,14 +65,19 @@ std::shared_ptr<const DefensiveScores> defensive_combine(const std::vector<Defen
 
 // The scores at budget b (kept per KV head): stage-1 entries raised to M; their positions
 // per KV head in *stage1 when given.
-ScoreMatrix defensive_budget_scores(const DefensiveScores& s, int64_t budget,
+ScoreMatrix defensive_budget_scores(const DefensiveScores& s, Budget budget,
                                     std::vector<std::vector<int64_t>>* stage1);
 
-// The joint top `total` of the layer's budget scores, as a Selection (stage1: stage 1).
-Selection select_defensive(const DefensiveScores& s, int64_t budget, int64_t total);
+// DefensiveKV's kept entries of a layer over its n_kv_head KV heads: the official
+// int(c (1 - r) n_kv_head), b * n_kv_head for a count.
+int64_t defensive_layer_total(Budget budget, int64_t c, int64_t n_kv_head);
 
-// Layer-DefensiveKV's allocation: each layer's share of the top b * n_kv_head * n_layer
-// entries over all layers' budget scores ([layer] totals, in the order given).
-std::vector<int64_t> layer_defensive_totals(const std::vector<const DefensiveScores*>& layers, int64_t budget);
+// The joint top `total` of the layer's budget scores, as a Selection (stage1: stage 1).
+Selection select_defensive(const DefensiveScores& s, Budget budget, int64_t total);
+
+// Layer-DefensiveKV's allocation: each layer's share of the top int(c (1 - r) n_kv_head
+// n_layer) entries (b * n_kv_head * n_layer for a count) over all layers' budget scores
+// ([layer] totals, in the order given; n_layer is the number of layers given).
+std::vector<int64_t> layer_defensive_totals(const std::vector<const DefensiveScores*>& layers, Budget budget);
 
 }  // namespace ckv

@@ -2,17 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <numeric>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace ckv {
 
 std::vector<std::vector<double>> read_duo_pattern(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) fail<InputError>("{}: cannot read the DuoAttention pattern", path.string());
+  // One line per layer of tab-separated scores: far below this bound for any model.
+  std::stringstream in(read_regular_file(path, "the DuoAttention pattern", size_t{64} << 20));
   std::vector<std::vector<double>> rows;
   std::string line;
   for (int64_t n = 1; std::getline(in, line); ++n) {

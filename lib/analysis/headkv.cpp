@@ -2,25 +2,26 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace ckv {
 
 namespace {
 constexpr int64_t kMaxProfileEntries = 1 << 20;  // layers x heads: far beyond any model
+constexpr size_t kMaxProfileBytes = size_t{64} << 20;  // its JSON: far beyond any profile
 }  // namespace
 
 std::vector<std::vector<double>> read_headkv_profile(const std::filesystem::path& path) {
   const std::string f = path.string();
-  std::ifstream in(path);
-  if (!in) fail<InputError>("{}: cannot read the HeadKV profile", f);
+  const std::string text = read_regular_file(path, "the HeadKV profile", kMaxProfileBytes);
+  refuse_nul_in_json(text, f);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail<InputError>("{}: not valid JSON ({})", f, e.what());
   }

@@ -26,7 +26,7 @@ void DefensiveCollector::add(int64_t layer, std::shared_ptr<const DefensiveScore
   totals_.clear();
 }
 
-std::map<int64_t, int64_t> DefensiveCollector::totals(int64_t budget) const {
+std::map<int64_t, int64_t> DefensiveCollector::totals(Budget budget) const {
   if (const auto it = totals_.find(budget); it != totals_.end()) return it->second;
   std::vector<const DefensiveScores*> layers;
   for (const auto& [l, s] : scores_) layers.push_back(s.get());

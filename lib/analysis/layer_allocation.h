@@ -30,7 +30,7 @@ class DefensiveCollector : public Recorder {
   // layer -> its kept entries (over its KV heads) at `budget` per KV head, from the joint
   // top budget * n_kv_head * (layers collected) over every collected layer (cached; not
   // thread-safe).
-  std::map<int64_t, int64_t> totals(int64_t budget) const;
+  std::map<int64_t, int64_t> totals(Budget budget) const;
   // The layer's scores (null when it was not collected).
   std::shared_ptr<const DefensiveScores> scores(int64_t layer) const;
   int64_t layer_count() const { return static_cast<int64_t>(scores_.size()); }
@@ -41,7 +41,7 @@ class DefensiveCollector : public Recorder {
   SelectionParams params_;
   ThreadPool* pool_;
   std::map<int64_t, std::shared_ptr<const DefensiveScores>> scores_;
-  mutable std::map<int64_t, std::map<int64_t, int64_t>> totals_;  // budget -> totals(budget)
+  mutable std::map<Budget, std::map<int64_t, int64_t>> totals_;  // budget -> totals(budget)
 };
 
 }  // namespace ckv

@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "analysis/bound_layer.h"
 #include "analysis/value_norms.h"
 #include "core/error.h"
+#include "core/input_file.h"
 #include "model/rope_freq.h"
 
 namespace ckv {
@@ -156,6 +157,46 @@ std::vector<int64_t> complement(const std::vector<int64_t>& kept, int64_t c) {
   return out;
 }
 
+std::map<int64_t, std::vector<std::vector<int64_t>>> read_layer_selection_file(const std::filesystem::path& path,
+                                                                                int64_t n_layer, int64_t n_kv_head) {
+  if (path.empty()) return {};  // no --selection-file
+  const std::string f = path.string();
+  const std::string text = read_regular_file(path, "the selection file");
+  refuse_nul_in_json(text, f);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail<InputError>("{}: not valid JSON ({})", f, e.what());
+  }
+  if (!j.is_object()) fail<InputError>("{}: not a selection file {{\"<layer>\": [[positions per KV head]]}}", f);
+  std::map<int64_t, std::vector<std::vector<int64_t>>> out;
+  for (const auto& [key, heads] : j.items()) {
+    int64_t l = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), l);
+    if (ec != std::errc() || end != key.data() + key.size() || l < 0 || l >= n_layer)
+      fail<InputError>("{}: layer \"{}\" is not a layer index below {}", f, key, n_layer);
+    if (!heads.is_array() || static_cast<int64_t>(heads.size()) != n_kv_head)
+      fail<InputError>("{}: layer {}: expected a list of {} lists (one per KV head)", f, l, n_kv_head);
+    std::vector<std::vector<int64_t>>& lists = out[l];
+    for (size_t g = 0; g < heads.size(); ++g) {
+      if (!heads[g].is_array()) fail<InputError>("{}: layer {} KV head {}: expected a list of positions", f, l, g);
+      std::vector<int64_t> positions;
+      std::set<int64_t> seen;
+      for (const auto& x : heads[g]) {
+        // Integers only: a position 1.5 (or 1.0, or "1") is not a position, never truncated.
+        if (!x.is_number_integer() || x.get<int64_t>() < 0)
+          fail<InputError>("{}: layer {} KV head {}: position {} is not an integer >= 0", f, l, g, x.dump());
+        if (!seen.insert(x.get<int64_t>()).second)
+          fail<InputError>("{}: layer {} KV head {}: position {} listed twice", f, l, g, x.dump());
+        positions.push_back(x.get<int64_t>());
+      }
+      lists.push_back(std::move(positions));
+    }
+  }
+  return out;
+}
+
 EvictionPlan plan_from_selection_file(const std::filesystem::path& path, int64_t c, int64_t seq,
                                       const std::vector<int64_t>& layers,
                                       const std::vector<int64_t>& kv_heads, int64_t n_layer,
@@ -163,11 +204,11 @@ EvictionPlan plan_from_selection_file(const std::filesystem::path& path, int64_t
   const std::string f = path.string();
   check_lists(layers, kv_heads, n_layer, n_kv_head);
   if (c >= seq) fail<InputError>("{}: the prompt has no question (c = {} = its length)", f, c);
-  std::ifstream in(path);
-  if (!in) fail<IoError>("{}: cannot open the selection file", f);
+  const std::string text = read_regular_file(path, "the selection file");
+  refuse_nul_in_json(text, f);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail<InputError>("{}: not valid JSON ({})", f, e.what());
   }
@@ -227,8 +268,8 @@ int64_t parse_budget(std::string_view text, int64_t c) {
   return b;
 }
 
-int64_t mask_budget(std::string_view fraction, int64_t keep, int64_t c) {
-  if (!fraction.empty()) return parse_budget(fraction, c);
+Budget mask_budget(std::string_view fraction, int64_t keep, int64_t c) {
+  if (!fraction.empty()) return {parse_budget(fraction, c), budget_of_fraction(c, parse_budget_fraction(fraction, "--budget")).keep_share};
   check_keep(keep);
   if (keep >= c) fail<InputError>("--keep {}: keeps all {} context entries, nothing to evict", keep, c);
   return keep;
@@ -240,8 +281,8 @@ method_mask_source(const ModelConfig& config, const ModelWeights& weights, const
   const MethodSpec::Kind leaf = req.method.leaf().kind;
   if (leaf == MethodSpec::Kind::File || leaf == MethodSpec::Kind::Oracle)
     fail<InputError>("--method {}: not available inside a forward pass (use --selection-file)", req.method.name());
-  if (req.budget <= 0) fail<InputError>("--budget: keeps nothing of the context");
-  if (req.budget >= req.c) fail<InputError>("--budget {}: keeps the whole context of {}", req.budget, req.c);
+  if (req.budget.kept <= 0) fail<InputError>("--budget: keeps nothing of the context");
+  if (req.budget.kept >= req.c) fail<InputError>("--budget {}: keeps the whole context of {}", req.budget.kept, req.c);
   check_lists(req.layers, req.kv_heads, config.n_layer, config.n_kv_head);
   if (plan == nullptr || plan->n_layer != config.n_layer || plan->c != req.c)
     fail<InputError>("method mask: the plan does not match the model");

@@ -80,6 +80,15 @@ EvictionPlan plan_from_selection_file(const std::filesystem::path& path, int64_t
                                       const std::vector<int64_t>& kv_heads, int64_t n_layer,
                                       int64_t n_kv_head);
 
+// `ckv bound`'s selection file (its "file" method, docs/BOUND.md): JSON
+//   {"<layer>": [[kv_head 0 positions], [kv_head 1 ...], ...]}
+// a layer index of the model, one list per KV head, each position an integer >= 0 listed
+// once (the upper end, a record's c, is the caller's to check per record). Throws IoError /
+// InputError for a path that is not a regular file (core/input_file.h), InputError naming
+// the file and the entry for anything else.
+std::map<int64_t, std::vector<std::vector<int64_t>>> read_layer_selection_file(const std::filesystem::path& path,
+                                                                                int64_t n_layer, int64_t n_kv_head);
+
 // The evicted complement of `kept` in [0, c) (kept need not be sorted).
 std::vector<int64_t> complement(const std::vector<int64_t>& kept, int64_t c);
 
@@ -90,7 +99,7 @@ std::vector<int64_t> complement(const std::vector<int64_t>& kept, int64_t c);
 // per KV head.
 struct MethodMask {
   MethodSpec method;
-  int64_t budget = 0;
+  Budget budget;  // kept per KV head (with a fraction's keep share, selection.h)
   SelectionParams params;
   int64_t c = 0;
   std::vector<int64_t> eval_rows;  // the question rows, for the attn method
@@ -117,7 +126,8 @@ method_mask_source(const ModelConfig& config, const ModelWeights& weights, const
 // InputError when the budget keeps the whole context (nothing to evict).
 int64_t parse_budget(std::string_view text, int64_t c);
 // The kept entries per KV head of `ckv mask --method`: --budget FRACTION when `fraction` is
-// not empty, else --keep `keep` (check_keep); InputError when it keeps all c entries.
-int64_t mask_budget(std::string_view fraction, int64_t keep, int64_t c);
+// not empty (with its keep share, Budget in selection.h), else --keep `keep` (check_keep);
+// InputError when it keeps all c entries.
+Budget mask_budget(std::string_view fraction, int64_t keep, int64_t c);
 
 }  // namespace ckv

@@ -5,9 +5,9 @@
 
 namespace ckv {
 
-int64_t pyramid_budget(int64_t layer, int64_t n_layer, int64_t c, int64_t budget, const SelectionParams& params) {
+int64_t pyramid_budget(int64_t layer, int64_t n_layer, int64_t c, Budget budget, const SelectionParams& params) {
   const auto w = static_cast<double>(params.window), q_len = static_cast<double>(c);
-  const auto b = static_cast<double>(budget);
+  const double b = budget.per_head(c);  // q_len * (1 - compression_ratio), not rounded
   const double max_capacity = w + b;
   double min_num = (max_capacity - w) / params.pyramid_beta;
   double max_num = (max_capacity - w) * 2 - min_num;

@@ -215,6 +215,11 @@ int64_t budget_from_fraction(int64_t c, double fraction) {
   return std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(c) * (1.0 - compression_ratio)));
 }
 
+Budget budget_of_fraction(int64_t c, double fraction) {
+  const double compression_ratio = 1.0 - fraction;  // what a kvpress user would pass
+  return {budget_from_fraction(c, fraction), 1.0 - compression_ratio};
+}
+
 int64_t recent_tie_start(const MethodSpec& method, int64_t c, const SelectionParams& params) {
   const MethodSpec::Kind leaf = method.leaf().kind;
   return leaf == MethodSpec::Kind::SnapKV || leaf == MethodSpec::Kind::HeadKV || leaf == MethodSpec::Kind::OBCache
@@ -299,11 +304,11 @@ ScoreMatrix leaf_scores(const MethodSpec& leaf, const SelectionInputs& in, int64
   fail<InputError>("selection: '{}' is not a leaf method", leaf.name());
 }
 
-Selection select(const MethodSpec& method, const SelectionInputs& in, int64_t budget,
+Selection select(const MethodSpec& method, const SelectionInputs& in, Budget given,
                  const SelectionParams& params) {
   using Kind = MethodSpec::Kind;
   const int64_t h_count = in.n_kv_head;
-  budget = std::clamp<int64_t>(budget, 0, in.c);
+  int64_t budget = std::clamp<int64_t>(given.kept, 0, in.c);
   Selection out;
   out.kept.resize(static_cast<size_t>(h_count));
   out.stage1.resize(static_cast<size_t>(h_count));
@@ -317,19 +322,19 @@ Selection select(const MethodSpec& method, const SelectionInputs& in, int64_t bu
   }
   if (method.kind == Kind::DefensiveKV || method.kind == Kind::LayerDefensiveKV) {
     if (!in.defensive) fail<InputError>("selection: the {} scores are missing", method.name());
-    int64_t total = budget * h_count;
+    int64_t total = defensive_layer_total(given, in.c, h_count);
     if (method.kind == Kind::LayerDefensiveKV) {
-      const auto it = in.layer_totals.find(budget);
+      const auto it = in.layer_totals.find(given);
       if (it == in.layer_totals.end())
         fail<InputError>("selection: layer-defensivekv has no layer allocation for budget {}", budget);
       total = it->second;
     }
-    return select_defensive(*in.defensive, budget, total);
+    return select_defensive(*in.defensive, given, total);
   }
   if (method.kind == Kind::DuoAttention) return select_duo(in, budget, params);
   if (method.leaf().kind == Kind::PyramidKV) {
     if (in.n_layer <= 0) fail<InputError>("selection: pyramidkv needs the layer's depth");
-    budget = std::clamp<int64_t>(pyramid_budget(in.layer, in.n_layer, in.c, budget, params), 0, in.c);
+    budget = std::clamp<int64_t>(pyramid_budget(in.layer, in.n_layer, in.c, given, params), 0, in.c);
   }
   const ScoreMatrix scores = leaf_scores(method.leaf(), in, budget, params);
   const bool critical = method.kind == Kind::CriticalKV;

@@ -18,6 +18,7 @@
 // score max + 1: there the most recent entry wins (then the lower KV head), so a budget below
 // the window keeps the window's most recent entries. torch.topk leaves ties unspecified, so
 // kvpress may differ only where scores tie exactly.
+#include <compare>
 #include <cstdint>
 #include <map>
 #include <limits>
@@ -111,6 +112,31 @@ struct DefensiveScores;
 // kvpress's compute_n_kept with compression_ratio = 1 - fraction: max(1, int(c * fraction)).
 int64_t budget_from_fraction(int64_t c, double fraction);
 
+// A budget as the reference implementations receive it (docs/BOUND.md "Budgets"). kvpress and
+// the official DefensiveKV code take a compression ratio r (a fraction f given to ckv is
+// r = 1 - f) and evaluate their budget formulas on the keep share 1 - r in floating point
+// (for f = 0.2: 1 - (1 - 0.2) = 0.19999999999999996), not on the rounded count b:
+//   * PyramidKV's pyramid is built on c (1 - r);
+//   * DefensiveKV keeps int(c (1 - r) n_kv_head) per layer, Layer-DefensiveKV
+//     int(c (1 - r) n_kv_head n_layer) over the layers, both with a stage-1 cap of
+//     int((c - w)(1 - r) - w).
+// A count (--keep N) has no ratio: the formulas get (1 - r) c = N.
+struct Budget {
+  int64_t kept = 0;       // b: kept entries per KV head (budget_from_fraction for a fraction)
+  double keep_share = 0;  // 1 - r as the references compute it; 0 for a count
+
+  Budget() = default;
+  Budget(int64_t count) : kept(count) {}  // NOLINT(google-explicit-constructor): a count is a budget
+  Budget(int64_t b, double share) : kept(b), keep_share(share) {}
+  bool is_count() const { return keep_share <= 0; }
+  // c (1 - r) unrounded (b for a count).
+  double per_head(int64_t c) const { return is_count() ? static_cast<double>(kept) : static_cast<double>(c) * keep_share; }
+  auto operator<=>(const Budget&) const = default;
+};
+
+// The budget of a fraction of the c evictable entries: {budget_from_fraction(c, f), 1 - (1 - f)}.
+Budget budget_of_fraction(int64_t c, double fraction);
+
 // One budget as `ckv bound --budgets` and `ckv mask --budget` read it: a fraction of the
 // evictable context in (0, 1] (1 keeps everything); counts go through --keep. Throws
 // UsageError naming `flag`.
@@ -137,7 +163,7 @@ struct SelectionInputs {
   ScoreMatrix obcache;     // [n_kv_head, c] obcache (obcache.h), the window max + 1; may be empty
   std::vector<std::vector<int64_t>> file_kept;  // [n_kv_head][*] for --selection-file
   std::shared_ptr<const DefensiveScores> defensive;  // defensivekv, layer-defensivekv
-  std::map<int64_t, int64_t> layer_totals;  // layer-global methods: budget -> this layer's total
+  std::map<Budget, int64_t> layer_totals;  // layer-global methods: budget -> this layer's total
 };
 
 struct Selection {
@@ -147,7 +173,7 @@ struct Selection {
 
 // Selects `budget` entries per KV head (on average, for adakv). Throws InputError when the
 // method needs inputs that are missing (an empty score matrix, no file selection).
-Selection select(const MethodSpec& method, const SelectionInputs& in, int64_t budget,
+Selection select(const MethodSpec& method, const SelectionInputs& in, Budget budget,
                  const SelectionParams& params);
 
 // The score a leaf method ranks by, [n_kv_head, c]; streaming's depends on the budget.

@@ -143,6 +143,7 @@ fs::path AtomicOutput::lock_path_for(const fs::path& final_path) {
 }
 
 AtomicOutput::Checked AtomicOutput::inspect(const fs::path& final_path, const AtomicOutputOptions& options) {
+  (void)options;  // the refusals that depend on them come under the lock (refuse_without_flags)
   const std::string name = final_path.string();
   if (final_path.filename().empty() || final_path.filename() == "." || final_path.filename() == "..")
     fail<InputError>("{}: output path names a directory, not a file", name);
@@ -162,7 +163,16 @@ AtomicOutput::Checked AtomicOutput::inspect(const fs::path& final_path, const At
   if (partial_type != fs::file_type::not_found && partial_type != fs::file_type::regular)
     fail<InputError>("{}: {} is {}, not a partial file of ckv: remove it", name, partial.string(),
                      kind_name(partial_type));
-  Checked c{final_type == fs::file_type::regular, partial_type == fs::file_type::regular};
+  return {final_type == fs::file_type::regular, partial_type == fs::file_type::regular};
+}
+
+// The refusals that depend on the flags: called with the lock held, so that a second writer
+// is told about the running one (and its pid) whatever its flags, not about the partial
+// file the running one is writing.
+void AtomicOutput::refuse_without_flags(const fs::path& final_path, const AtomicOutputOptions& options,
+                                        const Checked& c) {
+  const std::string name = final_path.string();
+  const fs::path partial = partial_path_for(final_path);
   if (!options.force && !options.resume) {
     if (c.have_final)
       fail<InputError>("{}: output exists; use --force to overwrite it{}", name,
@@ -171,12 +181,19 @@ AtomicOutput::Checked AtomicOutput::inspect(const fs::path& final_path, const At
       fail<InputError>("{}: an interrupted run left {}; use --resume to continue it or --force to start over",
                        name, partial.string());
   }
-  return c;
 }
 
 void AtomicOutput::check(const fs::path& final_path, AtomicOutputOptions options) {
   inspect(final_path, options);
-  release_lock(take_lock(lock_path_for(final_path), final_path.string()), lock_path_for(final_path));
+  const fs::path lock = lock_path_for(final_path);
+  const int fd = take_lock(lock, final_path.string());
+  try {
+    refuse_without_flags(final_path, options, inspect(final_path, options));
+  } catch (...) {
+    release_lock(fd, lock);
+    throw;
+  }
+  release_lock(fd, lock);
 }
 
 AtomicOutput::AtomicOutput(fs::path final_path, AtomicOutputOptions options)
@@ -190,6 +207,7 @@ AtomicOutput::AtomicOutput(fs::path final_path, AtomicOutputOptions options)
   try {
     // Again under the lock: the previous writer may have finished meanwhile.
     const Checked c = inspect(final_path_, options_);
+    refuse_without_flags(final_path_, options_, c);
     std::error_code ec;
     if ((options_.force && !options_.resume) || (!options_.resumable && !options_.resume)) {
       // Start over; the old final file stays until commit() renames over it. A stale
@@ -206,6 +224,7 @@ AtomicOutput::AtomicOutput(fs::path final_path, AtomicOutputOptions options)
         if (ec)
           fail<IoError>("{}: cannot move to {} to resume: {}", name, partial_path_.string(), ec.message());
         continuing_ = true;
+        reopened_final_ = true;
       }
     }
   } catch (...) {
@@ -230,6 +249,7 @@ AtomicOutput::AtomicOutput(AtomicOutput&& other) noexcept
       options_(other.options_),
       lock_fd_(std::exchange(other.lock_fd_, -1)),
       continuing_(other.continuing_),
+      reopened_final_(other.reopened_final_),
       committed_(other.committed_) {
   other.partial_path_.clear();  // the moved-from object owns nothing
 }
@@ -243,6 +263,7 @@ AtomicOutput& AtomicOutput::operator=(AtomicOutput&& other) noexcept {
     options_ = other.options_;
     lock_fd_ = std::exchange(other.lock_fd_, -1);
     continuing_ = other.continuing_;
+    reopened_final_ = other.reopened_final_;
     committed_ = other.committed_;
     other.partial_path_.clear();
   }
@@ -260,6 +281,7 @@ void AtomicOutput::restart() {
     fail<IoError>("{}: cannot remove {} to start over: {}", final_path_.string(), partial_path_.string(),
                   ec.message());
   continuing_ = false;
+  reopened_final_ = false;
 }
 
 void AtomicOutput::commit() {

@@ -85,6 +85,9 @@ class AtomicOutput {
   // continuation instead of creating a new one.
   bool continuing() const { return continuing_; }
   bool committed() const { return committed_; }
+  // True when continuing() a finished output that the constructor moved back to the partial
+  // name (resume with no partial file there).
+  bool reopened_final() const { return reopened_final_; }
 
   // Removes the partial file this run was going to continue (one that holds nothing worth
   // keeping, e.g. no header yet): the run starts the file over. continuing() becomes false.
@@ -99,6 +102,8 @@ class AtomicOutput {
  private:
   struct Checked;
   static Checked inspect(const std::filesystem::path& final_path, const AtomicOutputOptions& options);
+  static void refuse_without_flags(const std::filesystem::path& final_path, const AtomicOutputOptions& options,
+                                   const Checked& checked);
   void release() noexcept;
 
   std::filesystem::path final_path_;
@@ -107,6 +112,7 @@ class AtomicOutput {
   AtomicOutputOptions options_;
   int lock_fd_ = -1;
   bool continuing_ = false;
+  bool reopened_final_ = false;
   bool committed_ = false;
 };
 

@@ -3,6 +3,7 @@
 #include <set>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -86,8 +87,14 @@ std::string sha256_hex(std::string_view bytes) {
 }
 
 std::string sha256_file(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO is refused below instead of waited on (no effect on regular files).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail<IoError>("{}: cannot open for hashing: {}", path.string(), std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail<InputError>("{}: not a regular file, cannot hash it", path.string());
+  }
   // Sequential read-ahead; a plain read loop with 4 MiB blocks runs at the speed of the
   // digest itself and, unlike mmap, reports read errors as errors instead of SIGBUS.
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);

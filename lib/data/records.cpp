@@ -1,3 +1,4 @@
+#include "core/input_file.h"
 #include "data/records.h"
 
 #include <algorithm>
@@ -86,6 +87,7 @@ void check_text_field(std::string_view text, std::string_view where, std::string
 InputRecord parse_record(std::string_view text, std::string_view source, int64_t line,
                          int64_t index) {
   const std::string where = fmt::format("{}:{}", source, line);
+  refuse_nul_in_json(text, where);
   json j;
   try {
     j = json::parse(text);
@@ -128,7 +130,9 @@ InputRecord parse_record(std::string_view text, std::string_view source, int64_t
 }
 
 RecordReader::RecordReader(const std::filesystem::path& path, bool skip_bad)
-    : path_(path), in_(path, std::ios::binary), skip_bad_(skip_bad) {
+    : path_(path), skip_bad_(skip_bad) {
+  require_regular_file(path, "the input file");
+  in_.open(path, std::ios::binary);
   if (!in_) fail<IoError>("{}: cannot open the input file", path.string());
 }
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "core/input_file.h"
 #include "io/h5_detail.h"
 #include "io/h5_header.h"
 
@@ -450,8 +451,8 @@ File File::open(const std::filesystem::path& path, bool writable) {
   const std::string name = path.string();
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail<IoError>("{}: no such file", name);
-  if (std::filesystem::is_directory(path, ec))
-    fail<IoError>("{}: is a directory, not a file", name);
+  // A FIFO or device would block or read forever inside HDF5's open.
+  require_regular_file(path, "the HDF5 file");
   if (::access(path.c_str(), writable ? (R_OK | W_OK) : R_OK) != 0)
     fail<IoError>("{}: cannot open{}: {}", name, writable ? " for writing" : "",
                   std::strerror(errno));

@@ -223,16 +223,25 @@ double Object::attr_double(std::string_view name) const {
 bool Object::attr_bool(std::string_view name) const {
   const OpenAttr a = open_attr(*this, name);
   if (a.count != 1) wrong_type(a, "one bool");
-  if (a.cls == H5T_INTEGER) return read_numbers<int64_t>(a, H5T_NATIVE_INT64)[0] != 0;
+  // A bool is 0 or 1: any other value (complete = 2) is damage, not "true".
+  auto as_bool = [&](uint64_t v) {
+    if (v > 1) fail<FormatError>("{}: holds {}, not a bool (0 or 1)", a.where, v);
+    return v == 1;
+  };
+  if (a.cls == H5T_INTEGER) {
+    const int64_t v = read_numbers<int64_t>(a, H5T_NATIVE_INT64)[0];
+    return as_bool(v < 0 ? uint64_t{2} : static_cast<uint64_t>(v));
+  }
   if (a.cls != H5T_ENUM) wrong_type(a, "a bool");
   // An enum converts only to an enum with the same names; read its raw integer instead.
   const size_t size = H5Tget_size(a.type.id());
   if (size > 8) wrong_type(a, "a bool");
   unsigned char raw[8] = {};
   check<FormatError>(H5Aread(a.attr.id(), a.type.id(), raw), a.where, "cannot read");
-  for (size_t i = 0; i < size; ++i)
-    if (raw[i] != 0) return true;
-  return false;
+  uint64_t v = raw[0];  // ckv's bool enum is one byte; wider ones must hold 0 or 1 in the first
+  for (size_t i = 1; i < size; ++i)
+    if (raw[i] != 0) v = 2;
+  return as_bool(v);
 }
 
 std::vector<int64_t> Object::attr_ints(std::string_view name) const {

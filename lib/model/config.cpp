@@ -185,6 +185,8 @@ ModelConfig config_from_gguf(const GgufFile& gguf) {
   c.d_model = required_int("embedding_length");
   c.d_ff = required_int("feed_forward_length");
   c.context_length = required_int("context_length");
+  // GGUF states the context it was trained for; 0 (or less) is no context at all, not "unlimited".
+  if (c.context_length < 1) fail<FormatError>("{}: invalid config: {} = {}", source, key("context_length"), c.context_length);
   c.n_head = required_int("attention.head_count");
   c.n_kv_head = gguf.get_int(key("attention.head_count_kv")).value_or(c.n_head);
   c.d_head =

@@ -2,6 +2,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/input_file.h"
 #include "core/error.h"
 #include "model/tokenizer.h"
 
@@ -46,11 +47,7 @@ std::vector<int32_t> parse_token_ids(std::string_view text, std::string_view sou
 }
 
 std::vector<int32_t> read_token_ids(const std::filesystem::path& path, int64_t vocab_size) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail<IoError>("{}: cannot open the token file", path.string());
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return parse_token_ids(buffer.str(), path.string(), vocab_size);
+  return parse_token_ids(read_regular_file(path, "the token file"), path.string(), vocab_size);
 }
 
 }  // namespace ckv

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/input_file.h"
 #include "core/error.h"
 #include "model/tokenizer_spec.h"
 
@@ -13,10 +14,10 @@ namespace {
 using nlohmann::json;
 
 json read_json(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail<IoError>("{}: cannot open the tokenizer file", path.string());
+  const std::string text = read_regular_file(path, "the tokenizer file");
+  refuse_nul_in_json(text, path.string());
   try {
-    return json::parse(in);
+    return json::parse(text);
   } catch (const json::exception& e) {
     fail<FormatError>("{}: not valid JSON ({})", path.string(), e.what());
   }
@@ -42,23 +43,30 @@ struct Loader {
     fail<UnsupportedError>("{}: {} is not supported", source, what);
   }
 
+  // A token id as the file states it: an integer (3.7 or "3" is not one, never truncated).
+  int64_t token_id(const json& id, std::string_view token) const {
+    if (!id.is_number_integer())
+      fail<FormatError>("{}: token '{}' has id {}, not an integer", source, token, id.dump());
+    return id.get<int64_t>();
+  }
+
   void vocab(const json& model, const json& added) {
     int64_t max_id = -1;
-    for (const auto& [token, id] : model.at("vocab").items())
-      max_id = std::max<int64_t>(max_id, id.get<int64_t>());
-    for (const auto& a : added) max_id = std::max<int64_t>(max_id, a.at("id").get<int64_t>());
+    for (const auto& [token, id] : model.at("vocab").items()) max_id = std::max<int64_t>(max_id, token_id(id, token));
+    for (const auto& a : added)
+      max_id = std::max<int64_t>(max_id, token_id(a.at("id"), a.value("content", "(added token)")));
     if (max_id < 0 || max_id > (1 << 24))
       fail<FormatError>("{}: vocabulary size {} is not plausible", source, max_id + 1);
     spec.tokens.assign(max_id + 1, "");
     spec.roles.assign(max_id + 1, TokenRole::unused);  // ids with no token stay unused
     for (const auto& [token, id] : model.at("vocab").items()) {
-      int64_t i = id.get<int64_t>();
+      const int64_t i = token_id(id, token);
       if (i < 0) fail<FormatError>("{}: token '{}' has negative id {}", source, token, i);
       spec.tokens[i] = token;
       spec.roles[i] = TokenRole::normal;
     }
     for (const auto& a : added) {
-      int64_t i = a.at("id").get<int64_t>();
+      const int64_t i = token_id(a.at("id"), "(added token)");
       if (i < 0) fail<FormatError>("{}: added token has negative id {}", source, i);
       spec.tokens[i] = a.at("content").get<std::string>();
       spec.roles[i] = a.value("special", false) ? TokenRole::control : TokenRole::user_defined;

@@ -1,7 +1,9 @@
+#include "core/input_file.h"
 #include "output/batch_output.h"
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -10,6 +12,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "output/provenance.h"
+#include "output/h5_copy.h"
 #include "output/merge.h"
 #include "output/validate.h"
 
@@ -17,6 +20,7 @@ namespace ckv {
 namespace fs = std::filesystem;
 
 int64_t count_input_records(const fs::path& jsonl) {
+  require_regular_file(jsonl, "the input");
   std::ifstream in(jsonl, std::ios::binary);
   if (!in) fail<InputError>("{}: cannot read the input", jsonl.string());
   int64_t n = 0;
@@ -76,13 +80,26 @@ void check_resumable_output(const h5::File& f, const ResumeExpectation& e) {
 void check_output_to_resume(const fs::path& out, const ResumeExpectation& e) {
   const fs::path partial = AtomicOutput::partial_path_for(out);
   std::error_code ec;
-  const bool have_partial = fs::is_regular_file(fs::symlink_status(partial, ec));
-  if (have_partial && has_no_header(partial)) return;
-  const fs::path existing = have_partial ? partial : out;
-  if (!fs::is_regular_file(fs::symlink_status(existing, ec))) return;  // AtomicOutput refuses the rest
-  const h5::File f = h5::File::open_read(existing);
+  if (fs::is_regular_file(fs::symlink_status(partial, ec))) {
+    // What an interrupted run left: its header must match; its records are sorted out under
+    // the lock (prepare_partial_for_resume), damaged ones dropped. A file whose root cannot
+    // be read at all holds nothing to continue and is started over there.
+    if (has_no_header(partial)) return;
+    std::optional<h5::File> f;
+    try {
+      f.emplace(h5::File::open_read(partial));
+    } catch (const Error&) {
+      return;
+    }
+    check_schema(*f, e.schema, e.schema_version, e.schema + " file");
+    check_resumable_output(*f, e);
+    return;
+  }
+  if (!fs::is_regular_file(fs::symlink_status(out, ec))) return;  // AtomicOutput refuses the rest
+  // A finished file: checked whole, its data read through, before AtomicOutput moves it.
+  const h5::File f = h5::File::open_read(out);
   check_schema(f, e.schema, e.schema_version, e.schema + " file");
-  validate_output(f);
+  validate_output(f, {.read_data = true});
   check_resumable_output(f, e);
 }
 
@@ -107,9 +124,69 @@ bool has_no_header(const fs::path& path) {
   }
 }
 
-void restart_headerless(AtomicOutput& out) {
-  if (out.continuing() && has_no_header(out.partial_path())) out.restart();
+namespace {
+
+// The intact records of `src` (and its root, /model) copied into a fresh file that then
+// replaces the partial file. On a failed write (the disk still full) the fresh file is
+// removed and the partial file stays as it was.
+void rebuild_partial(const h5::File& src, const std::vector<std::string>& intact, const fs::path& partial) {
+  const fs::path fresh = partial.string() + ".rebuild";
+  std::error_code ec;
+  fs::remove(fresh, ec);
+  try {
+    h5::File dst = h5::File::create(fresh);
+    try {
+      copy_attrs(src, dst);
+      if (src.is_group("model")) copy_object(src, "/model", dst);
+      dst.require_group("records");
+      for (const std::string& id : intact) copy_object(src, "/records/" + id, dst);
+      dst.close();
+    } catch (...) {
+      dst.abandon();
+      throw;
+    }
+  } catch (const Error& e) {
+    fs::remove(fresh, ec);
+    fail<IoError>("{}: cannot rebuild it from its complete records (the partial file is unchanged): {}",
+                  partial.string(), e.what());
+  }
+  fs::rename(fresh, partial, ec);
+  if (ec) fail<IoError>("{}: cannot replace it with its rebuilt copy: {}", partial.string(), ec.message());
 }
+
+}  // namespace
+
+void prepare_partial_for_resume(AtomicOutput& out) {
+  if (!out.continuing()) return;
+  const fs::path partial = out.partial_path();
+  if (has_no_header(partial)) {
+    out.restart();
+    return;
+  }
+  if (out.reopened_final()) return;  // a finished file, checked whole by check_output_to_resume
+  std::optional<h5::File> f;
+  RecordSalvage salvage;
+  try {
+    f.emplace(h5::File::open_read(partial));
+    salvage = salvage_records(*f);
+  } catch (const Error& e) {
+    // Nothing of it can be read (a full disk can leave even the root unreadable): there is
+    // no complete record to keep.
+    fmt::print(stderr, "ckv: note: {}: nothing of it can be read ({}); starting over\n", partial.string(),
+               e.what());
+    f.reset();
+    out.restart();
+    return;
+  }
+  if (salvage.damaged.empty()) return;  // every record group reads: continued in place
+  fmt::print(stderr,
+             "ckv: note: {}: {} record group(s) damaged (first: {}); rebuilding it from its {} complete "
+             "record(s)\n",
+             partial.string(), salvage.damaged.size(), salvage.damaged.front(), salvage.intact.size());
+  rebuild_partial(*f, salvage.intact, partial);
+}
+
+void restart_headerless(AtomicOutput& out) { prepare_partial_for_resume(out); }
 
 void note_resumed(h5::File& f, const std::string& command_line) {
   nlohmann::json resumed = f.has_attr("resumed") ? f.attr_json("resumed") : nlohmann::json::array();

@@ -54,17 +54,32 @@ struct ResumeExpectation {
 // naming the file and the first difference) for another kind, model, input, settings,
 // command or shard.
 void check_resumable_output(const h5::File& file, const ResumeExpectation& expected);
-// The same for the file a --resume of `out` would continue (its partial file, else `out`),
-// when there is one, after checking the whole file (validate_output, output/validate.h): call it
-// before AtomicOutput moves a finished output back to the partial name, so that a refused
-// --resume leaves the file where it was, unmodified. A partial file without a header
-// (has_no_header) is not checked: the run starts it over (restart_headerless).
+// The same for the file a --resume of `out` would continue, when there is one: call it before
+// AtomicOutput moves a finished output back to the partial name, so that a refused --resume
+// leaves the file where it was, unmodified.
+//   * a partial file: its root (schema, model, input, settings, command, shard); its records
+//     are sorted out under the lock by prepare_partial_for_resume. One without a header or
+//     with nothing readable is not checked: the run starts it over;
+//   * else the finished `out`: checked whole with every dataset read through
+//     (validate_output with read_data, output/validate.h), so damaged data is refused here.
 void check_output_to_resume(const std::filesystem::path& out, const ResumeExpectation& expected);
 // True for a file that holds nothing a --resume could continue: empty, not (yet) an HDF5
 // file, or an HDF5 file with no root attribute and no object (a run killed before the first
 // flush of its header, e.g. inside the first record of `ckv bound`).
 bool has_no_header(const std::filesystem::path& path);
-// After AtomicOutput: when it continues a partial file without a header, starts over.
+// After AtomicOutput (under its lock), when it continues a partial file: makes that file
+// one the run can continue in place, whatever an interrupted or failed run left in it.
+//   * no header (has_no_header), or nothing of it readable (a full disk can leave even the
+//     root unreadable): started over (AtomicOutput::restart), with a note on stderr;
+//   * every record group readable, every complete record valid with its data read through
+//     (salvage_records, output/validate.h): continued in place;
+//   * else (a full disk left record groups unreadable or data damaged): rebuilt, with a
+//     note, as a fresh file holding the root, /model and the intact complete records, which
+//     replaces the partial file; IoError (the partial file unchanged) when that cannot be
+//     written, e.g. on a disk still full.
+// A finished output moved back by AtomicOutput was checked whole by check_output_to_resume.
+void prepare_partial_for_resume(AtomicOutput& out);
+// The same (the name the subcommands call).
 void restart_headerless(AtomicOutput& out);
 // Appends {command_line, at} to the root's "resumed" list.
 void note_resumed(h5::File& file, const std::string& command_line);

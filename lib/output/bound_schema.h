@@ -36,6 +36,7 @@ struct BoundRecord {
   int64_t eval_token = -1;          // --eval first-decode: the greedy token at position n - 1
   std::vector<int64_t> eval_rows;   // [query]
   std::vector<int64_t> budgets;     // [budget] kept entries per KV head
+  std::vector<double> keep_shares;  // [budget] the fractions' keep shares (Budget, selection.h); empty: counts; not stored
   std::vector<int64_t> below_window;  // [budget] 1 where the budget is below the snapkv window
   std::vector<int64_t> layer_ids;   // [layer]
   std::vector<LayerResult> layers;  // [layer]

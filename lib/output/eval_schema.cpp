@@ -184,8 +184,13 @@ void check_eval_schema(const h5::File& file) { check_schema(file, kEvalSchema, k
 
 void check_eval_record(const h5::Group& r, int64_t n_layer, int64_t n_head, int64_t n_kv_head) {
   for (const char* a : {"n", "context_end", "question_start", "first_token", "task", "answers"}) need(r, a);
-  const int64_t n = r.attr_int("n"), c = r.attr_int("context_end");
+  const int64_t n = r.attr_int("n"), c = r.attr_int("context_end"), question = r.attr_int("question_start");
   if (n < 1 || c < 1 || c > n) bad(r, fmt::format("n {} and context_end {} are inconsistent", n, c));
+  // The context ends where the question starts (context_end, or the whole prompt with --compress prompt).
+  if (question < 1 || question > n || (c != question && c != n))
+    bad(r, fmt::format("question_start {} is outside the record's {} tokens or disagrees with context_end {}",
+                       question, n, c));
+  if (r.attr_int("first_token") < -1) bad(r, fmt::format("first_token {} is not a token id", r.attr_int("first_token")));
   need_dataset(r, "tokens", h5::DType::I32, {n});
   need_dataset(r, "answer_ids", h5::DType::I32, {-1});
   if (!parse_answer_task(r.attr_string("task")) && r.attr_string("task") != "none")
@@ -202,10 +207,19 @@ void check_eval_record(const h5::Group& r, int64_t n_layer, int64_t n_head, int6
     g.attr_string("method");
     g.attr_string("text");
     g.attr_double("kl");
+    const double fraction = g.attr_double("fraction");
+    if (!(fraction > 0 && fraction <= 1)) bad(g, fmt::format("fraction {} is outside (0, 1]", fraction));
+    const int64_t budget = g.attr_int("budget"), kept = g.attr_int("kept_entries"), row = g.attr_int("first_row");
+    if (budget < 0 || budget > c) bad(g, fmt::format("budget {} is outside [0, {}]", budget, c));
+    if (kept < 0 || kept > c * n_layer * n_kv_head)
+      bad(g, fmt::format("kept_entries {} is outside [0, {}]", kept, c * n_layer * n_kv_head));
+    if (row < 0 || row > n) bad(g, fmt::format("first_row {} is outside [0, {}]", row, n));
     g.attr_bool("top1_agree");
     if (g.has_attr("scores")) scores_from_json(g.attr_json("scores"));
     need_dataset(g, "tokens", h5::DType::I32, {-1});
     need_dataset(g, "kept", h5::DType::I64, {n_layer, n_kv_head});
+    for (const int64_t k : g.open_dataset("kept").read<int64_t>())
+      if (k < 0 || k > c) bad(g, fmt::format("dataset \"kept\" holds {}, outside [0, {}]", k, c));
     need_dataset(g, "l1", h5::DType::F32, {n_layer, n_head});
     need_dataset(g, "l2", h5::DType::F32, {n_layer, n_head});
   }

@@ -1,6 +1,7 @@
 #include "output/validate.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 #include <string_view>
 #include <vector>
@@ -139,25 +140,7 @@ void check_batch_root(const h5::File& f, OutputSummary& s) {
   if (f.has_attr("resumed") && !f.attr_json("resumed").is_array()) bad(f, "attribute \"resumed\" is not a JSON list");
   if (f.has_attr("merged_from") && !f.attr_json("merged_from").is_array())
     bad(f, "attribute \"merged_from\" is not a JSON list");
-  if (!f.exists("records")) return;
-  const h5::Group records = group(f, "records");
-  for (const std::string& id : records.children()) {
-    const h5::Group r = group(records, id);
-    ++s.records;
-    if (r.has_attr("complete") && r.attr_bool("complete")) ++s.complete;
-  }
-}
-
-template <typename F>
-void for_each_complete_record(const h5::File& f, F&& check_record) {
-  if (!f.exists("records")) return;
-  const h5::Group records = f.open_group("records");
-  for (const std::string& id : records.children()) {
-    const h5::Group r = records.open_group(id);
-    if (!(r.has_attr("complete") && r.attr_bool("complete"))) continue;
-    int_attr(r, "index", 0, int64_t{1} << 40);
-    check_record(r);
-  }
+  if (f.exists("records")) group(f, "records");
 }
 
 // ---- ckv.dump ---------------------------------------------------------------------------
@@ -245,12 +228,25 @@ void check_dump_record(const h5::Group& r, const DumpShape& d) {
 
 // ---- ckv.bound --------------------------------------------------------------------------
 
-void check_bound_record(const h5::Group& r, int64_t n_labels) {
+// The model's layer count when the file states it (the "layers" setting's range), else the
+// largest model ckv loads.
+int64_t bound_model_layers(const h5::File& f) {
+  (void)f;
+  return 4096;
+}
+
+void check_bound_record(const h5::Group& r, int64_t n_labels, int64_t n_layer) {
   const int64_t n = int_attr(r, "n", 1, kMaxDim);
   const int64_t c = int_attr(r, "context_end", 1, n);
   const std::vector<int64_t> eval_rows = ints_attr(r, "eval_rows", 0, n - 1);
   const std::vector<int64_t> budgets = ints_attr(r, "budgets", 0, c);
-  const std::vector<int64_t> layers = ints_attr(r, "layers", 0, 4095);
+  const std::vector<int64_t> layers = ints_attr(r, "layers", 0, n_layer - 1);
+  increasing(r, "layers", layers);
+  increasing(r, "eval_rows", eval_rows);
+  int_attr(r, "question_start", 1, n);
+  int_attr(r, "eval_token", -1, kMaxDim);  // the decoded token's id with --eval first-decode, else -1
+  const std::vector<int64_t> below = ints_attr(r, "below_window", 0, 1);
+  if (below.size() != budgets.size()) bad(r, "attribute \"below_window\" has {} entries for {} budgets", below.size(), budgets.size());
   if (eval_rows.empty()) bad(r, "attribute \"eval_rows\" is empty");
   if (budgets.empty()) bad(r, "attribute \"budgets\" is empty");
   if (layers.empty()) bad(r, "attribute \"layers\" is empty");
@@ -306,16 +302,19 @@ void check_mask_record(const h5::Group& r) {
   }
 }
 
-OutputSummary validate(const h5::File& f) {
-  OutputSummary s;
+using RecordCheck = std::function<void(const h5::Group&)>;
+
+// The root of `f` checked against its schema; returns the check of one complete record.
+RecordCheck check_root(const h5::File& f, OutputSummary& s) {
   s.schema = f.has_attr("schema") ? f.attr_string("schema") : "";
   if (s.schema == kDumpSchema) {
     check_dump_schema(f);
     check_batch_root(f, s);
     const DumpShape d = check_dump_root(f);
     group(f, "records");
-    for_each_complete_record(f, [&](const h5::Group& r) { check_dump_record(r, d); });
-  } else if (s.schema == kBoundSchema) {
+    return [d](const h5::Group& r) { check_dump_record(r, d); };
+  }
+  if (s.schema == kBoundSchema) {
     check_bound_schema(f);
     s.kind = string_attr(f, "kind");
     if (s.kind != "bound" && s.kind != "check") bad(f, "attribute \"kind\" is \"{}\", not bound or check", s.kind);
@@ -328,32 +327,131 @@ OutputSummary validate(const h5::File& f) {
     if (f.attr_strings("metrics").size() != kMetricCount)
       bad(f, "attribute \"metrics\" names {} metrics, this ckv writes {}", f.attr_strings("metrics").size(),
           kMetricCount);
-    for_each_complete_record(f, [&](const h5::Group& r) { check_bound_record(r, n_labels); });
-  } else if (s.schema == kMaskSchema) {
+    const int64_t n_layer = bound_model_layers(f);
+    return [n_labels, n_layer](const h5::Group& r) { check_bound_record(r, n_labels, n_layer); };
+  }
+  if (s.schema == kMaskSchema) {
     check_mask_schema(f);
     check_batch_root(f, s);
     group(f, "records");
-    for_each_complete_record(f, check_mask_record);
-  } else if (s.schema == kEvalSchema) {
+    return check_mask_record;
+  }
+  if (s.schema == kEvalSchema) {
     check_eval_schema(f);
     check_batch_root(f, s);
     for (const char* a : {"methods", "budgets", "n_layer", "n_head", "n_kv_head"}) need_attr(f, a);
     const int64_t nl = f.attr_int("n_layer"), nh = f.attr_int("n_head"), nkv = f.attr_int("n_kv_head");
-    if (nl < 1 || nh < 1 || nkv < 1 || nh % nkv != 0) bad(f, "model shape {} layers, {} heads, {} KV heads invalid", nl, nh, nkv);
+    if (nl < 1 || nh < 1 || nkv < 1 || nh % nkv != 0)
+      bad(f, "model shape {} layers, {} heads, {} KV heads invalid", nl, nh, nkv);
     group(f, "records");
-    for_each_complete_record(f, [&](const h5::Group& r) { check_eval_record(r, nl, nh, nkv); });
-  } else {
-    fail<FormatError>("{}: not an output of ckv dump, bound, check, mask or eval (schema \"{}\")", f.file_name(),
-                      s.schema.empty() ? "(absent)" : s.schema);
+    return [nl, nh, nkv](const h5::Group& r) { check_eval_record(r, nl, nh, nkv); };
+  }
+  fail<FormatError>("{}: not an output of ckv dump, bound, check, mask or eval (schema \"{}\")", f.file_name(),
+                    s.schema.empty() ? "(absent)" : s.schema);
+}
+
+// A record group's `complete` flag (a bool: 0 or 1, else FormatError).
+bool is_complete(const h5::Group& r) { return r.has_attr("complete") && r.attr_bool("complete"); }
+
+void check_complete_record(const h5::Group& r, const RecordCheck& check) {
+  int_attr(r, "index", 0, int64_t{1} << 40);
+  check(r);
+}
+
+OutputSummary validate(const h5::File& f) {
+  OutputSummary s;
+  const RecordCheck check = check_root(f, s);
+  if (!f.exists("records")) return s;
+  const h5::Group records = group(f, "records");
+  for (const std::string& id : records.children()) {
+    const h5::Group r = group(records, id);
+    ++s.records;
+    if (!is_complete(r)) continue;
+    ++s.complete;
+    check_complete_record(r, check);
   }
   return s;
 }
 
+template <typename T>
+void read_through_as(const h5::Dataset& ds) {
+  if (ds.numel() == 0) return;
+  if (ds.shape().size() < 2) {
+    (void)ds.read<T>();
+    return;
+  }
+  for (int64_t i = 0; i < ds.shape()[0]; ++i) (void)ds.read_index<T>(i);
+}
+
+// Every dataset under `g`, read in full (bounded memory: one first-dimension index at a time).
+void read_through(const h5::Group& g) {
+  for (const std::string& name : g.children()) {
+    if (g.is_group(name)) {
+      read_through(g.open_group(name));
+      continue;
+    }
+    if (!g.is_dataset(name)) continue;
+    const h5::Dataset ds = g.open_dataset(name);
+    switch (ds.dtype()) {
+      case h5::DType::F16:
+      case h5::DType::F32: read_through_as<float>(ds); break;
+      case h5::DType::F64: read_through_as<double>(ds); break;
+      case h5::DType::I32: read_through_as<int32_t>(ds); break;
+      case h5::DType::I64: read_through_as<int64_t>(ds); break;
+      case h5::DType::U8: read_through_as<uint8_t>(ds); break;
+    }
+  }
+}
+
+void read_all_data(const h5::File& f) {
+  if (f.is_group("model")) read_through(f.open_group("model"));
+  if (!f.is_group("records")) return;
+  const h5::Group records = f.open_group("records");
+  for (const std::string& id : records.children()) {
+    const h5::Group r = records.open_group(id);
+    if (r.has_attr("complete") && r.attr_bool("complete")) read_through(r);
+  }
+}
+
 }  // namespace
 
-OutputSummary validate_output(const h5::File& file) {
+RecordSalvage salvage_records(const h5::File& file) {
+  RecordSalvage out;
   try {
-    return validate(file);
+    const RecordCheck check = check_root(file, out.summary);
+    if (!file.exists("records")) return out;
+    const h5::Group records = group(file, "records");
+    for (const std::string& id : records.children()) {
+      ++out.summary.records;
+      try {
+        const h5::Group r = group(records, id);
+        if (!is_complete(r)) {
+          out.unfinished.push_back(id);
+          continue;
+        }
+        check_complete_record(r, check);
+        read_through(r);
+        out.intact.push_back(id);
+        ++out.summary.complete;
+      } catch (const Error& e) {
+        out.damaged.push_back(e.what());
+      } catch (const nlohmann::json::exception& e) {
+        out.damaged.push_back(fmt::format("{}:/records/{}: {}", file.file_name(), id, e.what()));
+      }
+    }
+  } catch (const UnsupportedError& e) {
+    throw FormatError(e.what());
+  } catch (const nlohmann::json::exception& e) {
+    fail<FormatError>("{}: {}", file.file_name(), e.what());
+  }
+  return out;
+}
+
+OutputSummary validate_output(const h5::File& file, ValidateOptions options) {
+  try {
+    OutputSummary s = validate(file);
+    if (options.read_data) read_all_data(file);
+    return s;
   } catch (const UnsupportedError& e) {
     throw FormatError(e.what());
   } catch (const nlohmann::json::exception& e) {

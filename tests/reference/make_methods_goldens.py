@@ -220,8 +220,8 @@ def softmax_rows(q, k, rows):
     return out
 
 
-def numpy_defensive(q, k, nu, c, w, kernel, b, share, nu_norm):
-    """Budget scores [n_kv, c] of DefensiveKV at b kept per KV head."""
+def numpy_defensive(q, k, nu, c, w, kernel, cr, share, nu_norm):
+    """Budget scores [n_kv, c] of DefensiveKV at compression ratio cr."""
     n_head, n_kv = q.shape[0], k.shape[0]
     g = n_head // n_kv
     prefix = c - w
@@ -248,7 +248,7 @@ def numpy_defensive(q, k, nu, c, w, kernel, b, share, nu_norm):
     top = base.max()
     scores = np.full((n_kv, c), top)
     scores[:, :prefix] = base
-    cap = int(prefix * (b / c) - w)
+    cap = int(prefix * (1 - cr) - w)  # the official stage-1 cap, q_len the prefix
     for hk in range(n_kv):
         norm = ave[hk] / ave[hk].sum()
         order = np.argsort(-norm, kind="stable")
@@ -268,14 +268,15 @@ def top_flat(scores, total):
 # --- cases ------------------------------------------------------------------------------
 
 def check_budgets(c, w, n_kv, fractions):
-    """ckv's kept-per-head b and the official formulas must agree exactly."""
+    """(compression ratio, kept per KV head) of each fraction: the references receive the
+    ratio 1 - f (as a kvpress user passes it; 1 - 0.2 is 0.8 but 1 - 0.8 is
+    0.19999999999999996) and b is kvpress's compute_n_kept, max(1, int(c (1 - r))). Where
+    c (1 - r) is not whole the formulas on the unrounded share differ from b-based ones."""
     out = []
     for f in fractions:
         cr = 1 - f
-        b = int(c * (1 - cr))
-        assert b == round(c * f), (c, f)
-        assert int(c * (1 - cr) * n_kv) == b * n_kv, (c, f)
-        assert int((c - w) * (1 - cr) - w) == int((c - w) * (b / c) - w) >= 0, (c, f)
+        b = max(1, int(c * (1 - cr)))
+        assert 1 <= b < c, (c, f)
         out.append((cr, b))
     return out
 
@@ -353,7 +354,7 @@ def write_case(f, mods, name, layers, c, n, w, kernel, fractions, source, n_laye
     g.attrs["duo_sink"], g.attrs["duo_recent"] = duo_sink, duo_recent
     Defensive = mods["efficient_defensivekv_press"].EfficientDefensiveKVPress
     LayerDefensive = mods["efficient_layer_defensivekv_press"].EfficientLayerDefensiveKVPress
-    per_budget_layer_scores = {b: [] for _, b in budgets}
+    per_budget_layer_scores = [[] for _ in budgets]
     masks = {}  # (layer, label) -> [mask per budget, in budget order]
     for l, (q, k, v, wo) in sorted(layers.items()):
         lg = g.create_group(f"layers/{l}")
@@ -370,30 +371,30 @@ def write_case(f, mods, name, layers, c, n, w, kernel, fractions, source, n_laye
             w_h = wo[:, h * d:(h + 1) * d].T.astype(np.float64)
             nu[h] = torch.norm(torch.from_numpy(vv[h // (n_head // n_kv), :c] @ w_h), p=1, dim=-1).numpy()
         lg.create_dataset("nu_l1", data=nu, **GZIP)
-        for cr, b in budgets:
+        for bi, (cr, b) in enumerate(budgets):
             press = Defensive(compression_ratio=cr, window_size=w, kernel_size=kernel)
             s = official_scores(press, q, k, v, wo, c, len(layers))
             n_kept = int(c * (1 - cr) * n_kv)  # efficient_ada_scorer_press.py line 89
             kept = mask_from_flat(s.topk(n_kept).indices.numpy(), n_kv, c)
             put(masks, l, "defensivekv", kept)
             # The NumPy reading in the official setting must give the official set.
-            ref = numpy_defensive(q, k, nu, c, w, kernel, b, "before", "heads")
-            mine = mask_from_flat(top_flat(ref, b * n_kv), n_kv, c)
+            ref = numpy_defensive(q, k, nu, c, w, kernel, cr, "before", "heads")
+            mine = mask_from_flat(top_flat(ref, n_kept), n_kv, c)
             assert (mine == kept).all(), f"{name} layer {l} budget {b}: NumPy differs from the official code"
             for label, share, nn_ in [("defensivekv:share=window", "window", "heads"),
                                       ("defensivekv:nu=positions", "before", "positions"),
                                       ("defensivekv:share=window,nu=positions", "window", "positions")]:
-                sc = numpy_defensive(q, k, nu, c, w, kernel, b, share, nn_)
-                put(masks, l, label, mask_from_flat(top_flat(sc, b * n_kv), n_kv, c))
+                sc = numpy_defensive(q, k, nu, c, w, kernel, cr, share, nn_)
+                put(masks, l, label, mask_from_flat(top_flat(sc, n_kept), n_kv, c))
             put(masks, l, "pyramidkv", pyramid_kept(q, k, wo, c, w, kernel, cr, beta, l, n_layer))
             put(masks, l, "duoattention", duo_kept(duo_scores, duo_sink, duo_recent,
                                                    duo_ratio(c, b, duo_sink, duo_recent), l, n_kv, c))
             lpress = LayerDefensive(compression_ratio=cr, window_size=w, kernel_size=kernel)
-            per_budget_layer_scores[b].append((l, official_scores(lpress, q, k, v, wo, c, len(layers))))
+            per_budget_layer_scores[bi].append((l, official_scores(lpress, q, k, v, wo, c, len(layers))))
     totals, determined = [], []
-    for cr, b in budgets:
+    for bi, (cr, b) in enumerate(budgets):
         # efficient_ada_global_scorer_press.py lines 171-192.
-        items = per_budget_layer_scores[b]
+        items = per_budget_layer_scores[bi]
         n_kept = int(c * (1 - cr) * n_kv * len(items))
         glob = torch.stack([s for _, s in items]).view(-1)
         idx = glob.topk(n_kept).indices
@@ -452,6 +453,17 @@ def main():
         # exercised: layers 0, 2, 5 of 6.
         write_case(f, mods, "synthetic_pyramid", {l: synthetic(rng, 4, 2, 8, 16, 200, 1.2) for l in (0, 2, 5)},
                    200, 200, 8, 5, [0.3, 0.4, 0.5], "synthetic", 6, beta=4)
+        # Budgets where c (1 - r) is not whole (203 * 0.37 = 75.11, 197 * 0.33 = 65.01, ...):
+        # the references use the fraction itself, not the rounded b; and f = 0.2, whose
+        # ratio 0.8 gives 1 - 0.8 = 0.19999999999999996 (200 * that = 39.999...: b = 39).
+        write_case(f, mods, "fractional_gqa", {0: synthetic(rng, 4, 2, 16, 32, 212, 1.0),
+                                               1: synthetic(rng, 4, 2, 16, 32, 212, 1.8)},
+                   203, 212, 32, 5, [0.2, 0.37, 0.5, 0.63], "synthetic", 2)
+        write_case(f, mods, "fractional_pyramid", {l: synthetic(rng, 4, 2, 8, 16, 197, 1.2) for l in (0, 3, 5)},
+                   197, 197, 8, 5, [0.2, 0.33, 0.45], "synthetic", 6, beta=4)
+        write_case(f, mods, "float_ratio", {0: synthetic(rng, 4, 2, 8, 16, 210, 1.4),
+                                            2: synthetic(rng, 4, 2, 8, 16, 210, 0.9)},
+                   200, 210, 16, 5, [0.2, 0.7, 0.9], "synthetic", 3)
         # Real models on TEXT (no other test uses it).
         tiny = str(ROOT / "tests/data/models/tiny_llama_gqa")
         toks = list(TEXT.encode("ascii"))[:230]
