@@ -53,8 +53,9 @@ int64_t cols_of(DType t) {
   return t == DType::Q4_K ? 512 : 32 * 19;
 }
 
-// Each compute dtype this build has, bf16 once per kernel (both run on any CPU: oneDNN
-// emulates the native matmul's instructions where the CPU lacks them).
+// Each compute dtype this build has, bf16 once per kernel this CPU runs (oneDNN emulates the
+// native matmul's bf16 instructions on an AVX-512 CPU without them, and has no bf16 matmul
+// below AVX-512).
 struct ComputeCase {
   ComputeDType compute;
   Bf16Kernel kernel;
@@ -67,7 +68,7 @@ std::vector<ComputeCase> available_computes() {
   std::vector<ComputeCase> c{{ComputeDType::F32, Bf16Kernel::None}};
   if (compute_dtype_available(ComputeDType::BF16))
     for (const Bf16Kernel k : {Bf16Kernel::NativeMatmul, Bf16Kernel::SgemmOnRoundedValues})
-      c.push_back({ComputeDType::BF16, k});
+      if (detail::bf16_kernel_runs(k)) c.push_back({ComputeDType::BF16, k});
   return c;
 }
 
@@ -319,6 +320,7 @@ TEST(LinearEngine, DefaultModelBf16LogitsNearFloat32) {
   req.logit_rows = {10, 100, 150, 199};
   const Tensor f32 = Forward(model, {.threads = 2}).run(tokens, req).logits;
   for (const Bf16Kernel kernel : {Bf16Kernel::NativeMatmul, Bf16Kernel::SgemmOnRoundedValues}) {
+    if (!detail::bf16_kernel_runs(kernel)) continue;  // no bf16 matmul below AVX-512
     SCOPED_TRACE(std::string(bf16_kernel_name(kernel)));
     const ForcedBf16Kernel forced(kernel);
     const Tensor bf16 =

@@ -81,9 +81,14 @@ inline bool tiled_f32_for_any_weight(int64_t rows, ComputeDType compute) {
 void linear(ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y);
 
 namespace detail {
-// Tests only: runs ComputeDType::BF16 on `kernel` (NativeMatmul is emulated by oneDNN on a CPU
-// without bf16 instructions); nullopt restores the CPU's choice. No effect without oneDNN.
+// Tests only: runs ComputeDType::BF16 on `kernel` (NativeMatmul is emulated by oneDNN on an
+// AVX-512 CPU without bf16 instructions); nullopt restores the CPU's choice. No effect
+// without oneDNN.
 void force_bf16_kernel(std::optional<Bf16Kernel> kernel);
+// Whether `kernel` can run on this CPU in this build: SgemmOnRoundedValues wherever oneDNN
+// is; NativeMatmul where oneDNN makes a bf16 matmul at all (it has none below AVX-512, where
+// making one throws "could not create a primitive descriptor iterator").
+bool bf16_kernel_runs(Bf16Kernel kernel);
 
 // Output columns per tile for a weight [out, in]: about out/16, a multiple of 16, at least
 // 32, and at most what keeps a float32 tile within 16 MiB.

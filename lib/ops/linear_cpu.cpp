@@ -73,6 +73,9 @@ std::string_view bf16_kernel_name(Bf16Kernel) {
 }
 namespace detail {
 void force_bf16_kernel(std::optional<Bf16Kernel>) {}
+bool bf16_kernel_runs(Bf16Kernel) {
+  return false;
+}
 }  // namespace detail
 #endif
 
@@ -234,6 +237,22 @@ void add_bias(const float* bias, float* y, int64_t y_stride, int64_t rows, int64
 }
 
 }  // namespace
+
+#if defined(CKV_HAVE_DNNL)
+bool bf16_kernel_runs(Bf16Kernel kernel) {
+  if (kernel == Bf16Kernel::SgemmOnRoundedValues) return true;
+  if (kernel != Bf16Kernel::NativeMatmul) return false;
+  static const bool native = [] {
+    try {
+      (void)bf16_matmul(1, 32, 32, 32);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return native;
+}
+#endif
 
 void linear_f32_chunk_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias, float* y,
                           int64_t y_stride, int64_t rows, int64_t begin, int64_t chunk) {
