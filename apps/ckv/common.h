@@ -54,6 +54,7 @@ void register_forward(CLI::App& app, GlobalOptions& g);
 void register_dump(CLI::App& app, GlobalOptions& g);
 void register_mask(CLI::App& app, GlobalOptions& g);
 void register_niah(CLI::App& app, GlobalOptions& g);
+void register_ruler(CLI::App& app, GlobalOptions& g);
 void register_merge(CLI::App& app, GlobalOptions& g);
 void register_bound(CLI::App& app, GlobalOptions& g);
 void register_check(CLI::App& app, GlobalOptions& g);

@@ -141,6 +141,7 @@ void build_app(CLI::App& app, GlobalOptions& g) {
   register_dump(app, g);
   register_mask(app, g);
   register_niah(app, g);
+  register_ruler(app, g);
   register_merge(app, g);
   register_bound(app, g);
   register_check(app, g);

@@ -145,6 +145,10 @@ std::string_view answer_task_name(AnswerTask task) {
       return "niah";
     case AnswerTask::Qa:
       return "qa";
+    case AnswerTask::RulerMatchAll:
+      return "string_match_all";
+    case AnswerTask::RulerMatchPart:
+      return "string_match_part";
     case AnswerTask::None:
       break;
   }
@@ -154,6 +158,8 @@ std::string_view answer_task_name(AnswerTask task) {
 std::optional<AnswerTask> parse_answer_task(std::string_view name) {
   if (name == "niah") return AnswerTask::Niah;
   if (name == "qa") return AnswerTask::Qa;
+  if (name == "string_match_all") return AnswerTask::RulerMatchAll;
+  if (name == "string_match_part") return AnswerTask::RulerMatchPart;
   return std::nullopt;
 }
 
@@ -231,7 +237,7 @@ std::string longbench_first_line(std::string_view prediction) {
 AnswerScores score_answer(AnswerTask task, std::string_view prediction,
                           const std::vector<std::string>& references) {
   require_references(references);
-  if (task == AnswerTask::None) fail("answer scoring: the record has no task (\"niah\" or \"qa\")");
+  if (task == AnswerTask::None) fail("answer scoring: the record has no task (\"niah\", \"qa\" or \"ruler\")");
   AnswerScores s;
   s.task = task;
   s.contains = ruler_contains(prediction, references);
@@ -240,7 +246,7 @@ AnswerScores score_answer(AnswerTask task, std::string_view prediction,
   s.string_match_part =
       std::find(s.contains.begin(), s.contains.end(), true) != s.contains.end() ? 1.0 : 0.0;
   const std::vector<std::u32string> predicted = normalized_tokens(prediction);
-  if (task == AnswerTask::Niah) {
+  if (task == AnswerTask::Niah || task == AnswerTask::RulerMatchAll) {
     std::string joined;
     for (size_t i = 0; i < references.size(); ++i) joined += (i == 0 ? "" : ", ") + references[i];
     const std::vector<std::u32string> reference = normalized_tokens(joined);
@@ -253,7 +259,7 @@ AnswerScores score_answer(AnswerTask task, std::string_view prediction,
       s.f1 = std::max(s.f1, token_f1(predicted, reference));
       s.exact_match = s.exact_match || predicted == reference;
     }
-    s.score = s.f1;
+    s.score = task == AnswerTask::RulerMatchPart ? s.string_match_part : s.f1;
   }
   return s;
 }

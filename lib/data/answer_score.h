@@ -45,12 +45,17 @@
 
 namespace ckv {
 
-// Which benchmark's scoring a record's answers get (an InputRecord's "task").
-enum class AnswerTask { None, Niah, Qa };
+// Which benchmark's scoring a record's answers get (an InputRecord's "task", with its
+// "metric" for `ckv ruler` records: docs/RULER.md "Scoring").
+//   Niah             RULER string_match_all (`ckv niah` records)
+//   Qa               LongBench token F1
+//   RulerMatchAll    RULER string_match_all: its niah tasks, vt, cwe, fwe
+//   RulerMatchPart   RULER string_match_part: its qa_1, qa_2
+enum class AnswerTask { None, Niah, Qa, RulerMatchAll, RulerMatchPart };
 
-// "niah", "qa", "none".
+// "niah", "qa", "string_match_all", "string_match_part", "none".
 std::string_view answer_task_name(AnswerTask task);
-// "niah" or "qa"; nullopt for anything else.
+// The inverse of answer_task_name (but "none"); nullopt for anything else.
 std::optional<AnswerTask> parse_answer_task(std::string_view name);
 
 // Every score of one prediction; all fields are filled for either task.
@@ -59,9 +64,11 @@ struct AnswerScores {
   std::vector<bool> contains;      // [references] RULER: reference i is in the prediction
   double string_match_all = 0.0;   // RULER, mean of contains
   double string_match_part = 0.0;  // RULER, max of contains
-  double f1 = 0.0;                 // LongBench token F1: Qa max over references; Niah vs joined
-  bool exact_match = false;        // Qa: max over references; Niah: vs the joined answers
-  double score = 0.0;              // the task's headline: Niah string_match_all, Qa f1
+  double f1 = 0.0;                 // LongBench token F1: Qa, RulerMatchPart max over references;
+                                   // Niah, RulerMatchAll vs the references joined by ", "
+  bool exact_match = false;        // likewise
+  double score = 0.0;              // the task's headline: Niah and RulerMatchAll string_match_all,
+                                   // RulerMatchPart string_match_part, Qa f1
 };
 
 // Throws InputError when `references` is empty and Error for AnswerTask::None.

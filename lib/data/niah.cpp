@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <random>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "data/needles.h"
 #include "model/tokenizer.h"
 
 namespace ckv {
@@ -18,32 +18,6 @@ const char* const kNiahNoise =
     "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
 
 namespace {
-
-// std::mt19937_64's sequence is fixed by the standard; the mappings below are ours, so the
-// output is the same with every standard library.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : g_(seed) {}
-  // Uniform in [0, n) by rejection (no modulo bias). n >= 1.
-  uint64_t below(uint64_t n) {
-    const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
-    uint64_t x = g_();
-    while (x >= limit) x = g_();
-    return x % n;
-  }
-  double unit() { return static_cast<double>(g_() >> 11) * 0x1.0p-53; }  // [0, 1)
-  uint64_t bits() { return g_(); }
-
- private:
-  std::mt19937_64 g_;
-};
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 constexpr const char* kAdjectives[] = {
     "amber",  "brave",  "calm",   "dusty",  "eager",  "faint",  "gentle", "hollow", "icy",    "jolly",
@@ -56,20 +30,8 @@ constexpr const char* kNouns[] = {
     "umbrella", "valley", "walnut", "yarrow", "zephyr", "beacon", "canyon", "drum",   "feather", "glacier",
     "hammock", "igloo"};
 
-int64_t code_points(std::string_view s) {
-  int64_t n = 0;
-  for (const char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return n;
-}
-
 std::string make_value(Rng& rng, NiahValueKind kind) {
-  if (kind == NiahValueKind::Numbers) return std::to_string(1000000 + rng.below(9000000));
-  const uint64_t hi = rng.bits(), lo = rng.bits();
-  std::string hex = fmt::format("{:016x}{:016x}", hi, lo);
-  hex[12] = '4';                                                    // version 4
-  hex[16] = "89ab"[(lo >> 62) & 3];                                 // RFC 4122 variant
-  return fmt::format("{}-{}-{}-{}-{}", hex.substr(0, 8), hex.substr(8, 4), hex.substr(12, 4),
-                     hex.substr(16, 4), hex.substr(20, 12));
+  return kind == NiahValueKind::Numbers ? random_number7(rng) : random_uuid4(rng);
 }
 
 struct Needle {
@@ -175,28 +137,6 @@ int64_t token_at(const Tokenizer& tok, const std::string& context, const std::ve
   return static_cast<int64_t>(is_end ? same + 1 : same);
 }
 
-std::vector<std::string> split_words(const std::string& text) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (const char c : text) {
-    if (c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
-      if (!cur.empty()) out.push_back(std::move(cur));
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  if (!cur.empty()) out.push_back(std::move(cur));
-  return out;
-}
-
-std::string join_keys(const std::vector<std::string>& q) {
-  if (q.size() == 1) return q[0];
-  std::string s;
-  for (size_t i = 0; i + 1 < q.size(); ++i) s += q[i] + ", ";
-  return s + "and " + q.back();  // RULER's form: "a, b, and c"
-}
-
 }  // namespace
 
 NiahRecord make_niah_record(const NiahOptions& o, const Tokenizer& tok, const std::string& haystack,
@@ -206,7 +146,7 @@ NiahRecord make_niah_record(const NiahOptions& o, const Tokenizer& tok, const st
     fail<InputError>("ckv niah: --values and --queries must be at least 1 and --keys at most 1024");
   Generator gen{o, tok, split_words(haystack), o.value_kind == NiahValueKind::Numbers ? "number" : "uuid", {}, {}, {}, {}};
   if (gen.words.empty()) fail<InputError>("ckv niah: the haystack \"{}\" has no words", o.haystack_name);
-  Rng rng(splitmix64(o.seed ^ splitmix64(static_cast<uint64_t>(index))));
+  Rng rng(record_seed(o.seed, index));
 
   std::set<std::string> used;
   while (static_cast<int64_t>(gen.keys.size()) < n_keys) {
@@ -238,18 +178,11 @@ NiahRecord make_niah_record(const NiahOptions& o, const Tokenizer& tok, const st
 
   // Largest haystack word count whose prompt fits the target, then the closer of it and one more.
   const int64_t target = o.length;
-  int64_t lo = 0, hi = 64;
   if (gen.tokens(gen.build(0).context) > target)
     fail<InputError>("ckv niah: --length {}: the template and needles alone take {} tokens", target,
                      gen.tokens(gen.build(0).context));
-  while (gen.tokens(gen.build(hi).context) <= target) {
-    lo = hi;
-    hi *= 2;
-  }
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (gen.tokens(gen.build(mid).context) <= target ? lo : hi) = mid;
-  }
+  const int64_t lo = largest_fitting(0, [&](int64_t n) { return gen.tokens(gen.build(n).context) <= target; });
+  const int64_t hi = lo + 1;
   const int64_t n_lo = gen.tokens(gen.build(lo).context), n_hi = gen.tokens(gen.build(hi).context);
   const int64_t k = (target - n_lo <= n_hi - target) ? lo : hi;
   Built b = gen.build(k);
@@ -323,13 +256,7 @@ std::string NiahRecord::to_jsonl(const NiahOptions& o) const {
   j["answer"] = joined;
   j["answers"] = answers;
   j["task"] = "niah";
-  nlohmann::ordered_json spans_json = nlohmann::ordered_json::object();
-  for (const auto& [name, list] : spans) {
-    nlohmann::ordered_json arr = nlohmann::ordered_json::array();
-    for (const SpanRange& s : list) arr.push_back({s.start, s.end});
-    spans_json[name] = arr;
-  }
-  j["spans"] = spans_json;
+  j["spans"] = spans_to_json(spans);
   j["span_unit"] = "char";
   j["niah"] = {{"length", o.length},     {"n_tokens", n_tokens},
                {"seed", o.seed},         {"keys", std::max(o.keys, o.queries)},

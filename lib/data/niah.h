@@ -5,8 +5,8 @@
 // (lib/data/records.h; spans in code points of "context").
 //
 // Deterministic for a seed on every machine: the only randomness is std::mt19937_64 (its
-// output sequence is fixed by the C++ standard) mapped to ranges by the functions in
-// niah.cpp, never by std::*_distribution (whose algorithms differ between standard
+// output sequence is fixed by the C++ standard) mapped to ranges by the functions of
+// data/needles.h (shared with `ckv ruler`), never by std::*_distribution (whose algorithms differ between standard
 // libraries); nothing is iterated in hash order.
 #include <cstdint>
 #include <string>

@@ -46,13 +46,24 @@ AnswerTask parse_task(const json& j, const InputRecord& r, std::string_view wher
     if (auto niah = j.find("niah"); niah != j.end() && niah->is_object()) return AnswerTask::Niah;
     return AnswerTask::Qa;
   }
-  if (!it->is_string()) fail<InputError>("{}: \"task\" must be \"niah\" or \"qa\", not {}", where, it->dump());
-  const auto task = parse_answer_task(it->get<std::string>());
-  if (!task)
-    fail<InputError>("{}: \"task\" must be \"niah\" or \"qa\", not \"{}\"", where, it->get<std::string>());
+  constexpr const char* kRuler = "(or \"ruler\" with a \"metric\")";
+  if (!it->is_string())
+    fail<InputError>("{}: \"task\" must be \"niah\" or \"qa\", not {} {}", where, it->dump(), kRuler);
+  const std::string name = it->get<std::string>();
+  std::optional<AnswerTask> task;
+  if (name == "niah" || name == "qa") task = parse_answer_task(name);
+  if (name == "ruler") {
+    // `ckv ruler` records: the metric RULER scores the task with.
+    auto metric = j.find("metric");
+    if (metric == j.end() || !metric->is_string())
+      fail<InputError>("{}: \"task\" \"ruler\" needs \"metric\": \"string_match_all\" or \"string_match_part\"", where);
+    const std::string m = metric->get<std::string>();
+    if (m == "string_match_all" || m == "string_match_part") task = parse_answer_task(m);
+    else fail<InputError>("{}: \"metric\" must be \"string_match_all\" or \"string_match_part\", not \"{}\"", where, m);
+  }
+  if (!task) fail<InputError>("{}: \"task\" must be \"niah\" or \"qa\", not \"{}\" {}", where, name, kRuler);
   if (r.answers.empty())
-    fail<InputError>("{}: \"task\" \"{}\" needs a reference answer (\"answers\" or \"answer\")", where,
-                     answer_task_name(*task));
+    fail<InputError>("{}: \"task\" \"{}\" needs a reference answer (\"answers\" or \"answer\")", where, name);
   return *task;
 }
 
@@ -156,6 +167,16 @@ std::optional<InputRecord> RecordReader::next() {
   }
   if (in_.bad()) fail<IoError>("{}: read error after line {}", path_.string(), line_);
   return std::nullopt;
+}
+
+nlohmann::ordered_json spans_to_json(const NamedSpans& spans) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& [name, list] : spans) {
+    nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+    for (const SpanRange& s : list) arr.push_back({s.start, s.end});
+    out[name] = arr;
+  }
+  return out;
 }
 
 size_t utf8_offset(std::string_view text, int64_t index, std::string_view what) {

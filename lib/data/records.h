@@ -15,8 +15,10 @@
 // Answer scoring (`ckv eval`, lib/data/answer_score.h) reads two more fields:
 //   "answers": ["8528032", "6369474"]  the reference answers, a non-empty list of non-empty
 //              strings; absent/null: the one reference "answer" when that is not empty
-//   "task": "niah" | "qa"              RULER scoring (every reference must appear) or
-//              LongBench scoring (token F1 against the best reference); absent/null: "niah"
+//   "task": "niah" | "qa" | "ruler"    RULER scoring (every reference must appear),
+//              LongBench scoring (token F1 against the best reference), or RULER's metric
+//              named by "metric": "string_match_all" | "string_match_part" (`ckv ruler`
+//              writes both, docs/RULER.md); absent/null: "niah"
 //              when the record has a "niah" object (`ckv niah` writes one), else "qa" when it
 //              has a reference, else none (not scored). A task given explicitly needs a
 //              reference.
@@ -47,6 +49,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "data/answer_score.h"
 #include "core/spans.h"
@@ -108,6 +112,10 @@ struct RecordPrompt {
 // the context is empty, a span lies outside its context or prompt, or the chat template
 // does not contain the text verbatim.
 RecordPrompt tokenize_record(const InputRecord& record, const Tokenizer& tokenizer, bool chat);
+
+// Spans as the records' JSON writes them: {name: [[start, end], ...]} (the writers of
+// `ckv niah` and `ckv ruler`).
+nlohmann::ordered_json spans_to_json(const NamedSpans& spans);
 
 // Byte offset in a UTF-8 string of code point `index` (index == code point count gives
 // the size). Throws InputError when the index is past the end.
