@@ -93,9 +93,13 @@ TEST_F(InputFiles, SpecialFilesAsInputsAreRefusedWithOneLine) {
       1, "the selection file is a FIFO");
   expect_one_error_line(
       run_bounded(fmt::format("-q bound --model {} --tokens {} -o {}", kTiny, fifo_, path("b"))), 1,
-      "the token file is a FIFO");
+      "is a FIFO, not a regular file");
   ASSERT_EQ(bound("").exit_code, 0);
-  for (const std::string& bad : {fifo_, std::string("/dev/zero"), dir}) {
+  // A directory is refused by the command line's check of the shard paths (exit 2).
+  const RunResult shard_dir = run_bounded(fmt::format("-q merge {} {} {}", path("g.h5"), path("b.h5"), dir));
+  EXPECT_EQ(shard_dir.exit_code, 2) << shard_dir.output;
+  EXPECT_NE(shard_dir.output.find("directory"), std::string::npos) << shard_dir.output;
+  for (const std::string& bad : {fifo_, std::string("/dev/zero")}) {
     SCOPED_TRACE(bad);
     expect_one_error_line(
         run_bounded(fmt::format("-q merge {} {} {}", path("g.h5"), path("b.h5"), bad)), 1,

@@ -176,8 +176,9 @@ std::map<int64_t, std::vector<std::vector<int64_t>>> read_layer_selection_file(c
     const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), l);
     if (ec != std::errc() || end != key.data() + key.size() || l < 0 || l >= n_layer)
       fail<InputError>("{}: layer \"{}\" is not a layer index below {}", f, key, n_layer);
-    if (!heads.is_array() || static_cast<int64_t>(heads.size()) != n_kv_head)
-      fail<InputError>("{}: layer {}: expected a list of {} lists (one per KV head)", f, l, n_kv_head);
+    if (!heads.is_array()) fail<InputError>("{}: layer {}: expected a list of {} lists (one per KV head)", f, l, n_kv_head);
+    if (static_cast<int64_t>(heads.size()) != n_kv_head)
+      fail<InputError>("{}: layer {}: {} lists, the model has {} KV heads", f, l, heads.size(), n_kv_head);
     std::vector<std::vector<int64_t>>& lists = out[l];
     for (size_t g = 0; g < heads.size(); ++g) {
       if (!heads[g].is_array()) fail<InputError>("{}: layer {} KV head {}: expected a list of positions", f, l, g);
