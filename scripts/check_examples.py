@@ -148,7 +148,7 @@ FIXTURES = {
 }
 
 
-def scratch(ckv: Path) -> Path:
+def scratch(ckv: Path, doc_text: str = "") -> Path:
     """A copy of the repository as a fresh clone after the main job would be: tracked
     files, models/ and out/ of the main job linked, build/ckv the binary under test."""
     d = Path(tempfile.mkdtemp(prefix="ckv-examples-"))
@@ -164,7 +164,9 @@ def scratch(ckv: Path) -> Path:
         if (ROOT / name).exists():
             os.symlink(ROOT / name, d / name)
     for name, text in FIXTURES.items():
-        if not (d / name).exists():
+        # not a stand-in for what the document itself writes (`-o niah.jsonl`)
+        writes = re.search(r"(-o|--out)\s+" + re.escape(name) + r"(\s|$)", doc_text)
+        if not (d / name).exists() and not writes:
             (d / name).write_text(text)
     (d / "build").mkdir(exist_ok=True)
     os.symlink(ckv, d / "build" / "ckv")
@@ -192,7 +194,7 @@ def main(argv=None) -> int:
         todo = examples(doc)
         if not todo:
             continue
-        work = None if a.list else scratch(ckv)
+        work = None if a.list else scratch(ckv, doc.read_text(encoding="utf-8"))
         env = dict(os.environ, PATH=f"{work / '.bin'}:{os.environ['PATH']}" if work else os.environ["PATH"])
         env.pop("CKV_MODEL", None)
         try:
