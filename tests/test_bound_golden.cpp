@@ -1,6 +1,8 @@
 // Selections against kvpress (SnapKVPress, CriticalKVPress, AdaKVPress, CriticalAdaKVPress)
 // and the perturbation metrics against a float64 NumPy implementation of docs/MATH.md §3, both
-// from tests/data/kvpress/selection_v1.h5 (tests/reference/make_kvpress_goldens.py).
+// from tests/data/kvpress/selection_v1.h5 (tests/reference/make_kvpress_goldens.py); and
+// kvpress run on tiny Qwen3 and Phi-3 models against ckv's forward pass and selections on the
+// same tokens (tests/data/kvpress/families_v1.h5).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +13,9 @@
 #include "analysis/selection.h"
 #include "analysis/value_norms.h"
 #include "io/h5.h"
+#include "keeping_recorder.h"
+#include "model/forward.h"
+#include "model/model.h"
 
 namespace ckv {
 namespace {
@@ -85,6 +90,63 @@ TEST(BoundGolden, SelectionsMatchKvpress) {
     }
   }
   EXPECT_GE(compared, 40);
+}
+
+// kvpress's presses ran inside HF's prefill of each tiny model; ckv's own forward pass gives
+// q/k/v here and ckv's selections must keep the same positions in every layer and KV head.
+TEST(BoundGolden, FamilySelectionsMatchKvpress) {
+  const std::filesystem::path golden = std::filesystem::path(CKV_TEST_DATA_DIR) / "kvpress/families_v1.h5";
+  h5::File f = h5::File::open_read(golden);
+  ASSERT_EQ(f.attr_int("format_version"), 1);
+  const h5::Group cases = f.open_group("model_cases");
+  int compared = 0;
+  for (const std::string& name : cases.children()) {
+    SCOPED_TRACE(name);
+    const h5::Group g = cases.open_group(name);
+    const Model model = load_model(std::filesystem::path(CKV_TEST_DATA_DIR) / g.attr_string("model"));
+    const std::vector<int32_t> tokens = g.open_dataset("tokens").read<int32_t>();
+    const int64_t c = g.attr_int("c");
+    ASSERT_EQ(static_cast<int64_t>(tokens.size()), c);
+    test::KeepingRecorder rec;
+    ForwardRequest req;
+    req.recorder = &rec;
+    req.record.qkv = true;
+    Forward(model, {.threads = 2}).run(tokens, req);
+    LayerRequest request;
+    request.c = c;
+    request.eval_rows = evaluation_rows(c, c);
+    request.params.window = g.attr_int("window");
+    request.params.kernel = g.attr_int("kernel");
+    request.params.pool = PoolKind::Avg;
+    request.params.alpha = g.attr_double("alpha");
+    request.params.eps = g.attr_double("eps");
+    request.params.alpha_safe = g.attr_double("alpha_safe");
+    const h5::Group kept = g.open_group("kept");
+    for (int64_t l = 0; l < model.config.n_layer; ++l) {
+      const test::KeepingRecorder::Layer& layer = rec.layers.at(l);
+      const Tensor wo = model.weights.layers[static_cast<size_t>(l)].wo.to_f32();
+      const ValueNorms nu = value_norms(layer.v, wo, model.config.n_head, {});
+      LayerTensors t{&layer.q, &layer.k, &layer.v, &wo, &nu.l1, &nu.l2};
+      const SelectionInputs in = selection_inputs(t, request, true, false);
+      for (const std::string& method : kept.children()) {
+        const MethodSpec spec = MethodSpec::parse(method);
+        const h5::Group per_budget = kept.open_group(method);
+        for (const std::string& b : per_budget.children()) {
+          const std::vector<int32_t> all = per_budget.open_dataset(b).read<int32_t>();  // [n_layer, n_kv, c]
+          const auto per_layer = static_cast<size_t>(model.config.n_kv_head * c);
+          const std::vector<int32_t> mask(all.begin() + static_cast<std::ptrdiff_t>(l * per_layer),
+                                          all.begin() + static_cast<std::ptrdiff_t>((l + 1) * per_layer));
+          const Selection s = select(spec, in, std::stoll(b), request.params);
+          std::vector<int32_t> ours(per_layer, 0);
+          for (size_t gi = 0; gi < s.kept.size(); ++gi)
+            for (int64_t i : s.kept[gi]) ours[gi * static_cast<size_t>(c) + static_cast<size_t>(i)] = 1;
+          EXPECT_EQ(ours, mask) << name << " layer " << l << " " << method << " budget " << b;
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 2 * 2 * 4 * 3);  // models x layers x presses x budgets
 }
 
 TEST(BoundGolden, MetricsMatchNumpy) {

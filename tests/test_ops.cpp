@@ -74,7 +74,7 @@ TEST(Rope, InvFreqDefaultAndLlama3Regimes) {
   // llama3 with original length 128, low 1, high 4: wavelengths 2*pi/inv are 6.3, 63, 628,
   // 6283: the first is kept (< 128/4), the last two are divided by the factor (> 128/1)
   // and the second is interpolated with s = (128/w - 1)/(4 - 1).
-  c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 128};
+  c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 128, {}, {}, 1.0};
   inv = rope_inv_freq(c, {});
   const double inv1 = std::pow(10000.0, -0.25), s = (128 / (2 * std::numbers::pi / inv1) - 1) / 3;
   EXPECT_FLOAT_EQ(inv[0], 1.0f);

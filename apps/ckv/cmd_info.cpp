@@ -2,10 +2,12 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "common.h"
 #include "core/error.h"
+#include "model/family.h"
 #include "model/model.h"
 
 namespace ckv::app {
@@ -22,6 +24,8 @@ std::string rope_description(const ModelConfig& c) {
                        c.rope_theta, c.rope_scaling.factor, c.rope_scaling.low_freq_factor,
                        c.rope_scaling.high_freq_factor, c.rope_scaling.original_max_position);
   }
+  if (c.rope_scaling.type == "longrope")
+    return fmt::format("theta {:g}, longrope over {} dims", c.rope_theta, c.rope_dim);
   return fmt::format("theta {:g}", c.rope_theta);
 }
 
@@ -31,6 +35,8 @@ nlohmann::json model_json(const Model& m) {
   j["path"] = m.source.path.string();
   j["format"] = m.source.format;
   j["architecture"] = c.arch_name;
+  j["family"] = family_of(c.arch).name;
+  j["features"] = family_features(c);
   j["n_layer"] = c.n_layer;
   j["d_model"] = c.d_model;
   j["n_head"] = c.n_head;
@@ -72,6 +78,9 @@ void print_model_text(const Model& m) {
   }
   fmt::print("model         {} ({})\n", m.source.path.string(), m.source.format);
   fmt::print("architecture  {}\n", c.arch_name);
+  const std::vector<std::string> features = family_features(c);
+  fmt::print("family        {}{}{}{}\n", family_of(c.arch).name, features.empty() ? "" : " (",
+             fmt::join(features, ", "), features.empty() ? "" : ")");
   fmt::print("layers        {}\n", c.n_layer);
   fmt::print("d_model       {}   d_ff {}   vocab {}\n", c.d_model, c.d_ff, c.vocab);
   fmt::print("heads         {} query, {} KV (group {}), d_head {}\n", c.n_head, c.n_kv_head,

@@ -15,6 +15,8 @@ constexpr WeightName kTable[] = {
      "output_norm.weight"},
     {WeightKind::Output, false, "output.weight", "lm_head.weight", "output.weight"},
     {WeightKind::RopeFreqs, false, "rope_freqs.weight", "", "rope_freqs.weight"},
+    {WeightKind::RopeFactorsShort, false, "rope_factors_short.weight", "", "rope_factors_short.weight"},
+    {WeightKind::RopeFactorsLong, false, "rope_factors_long.weight", "", "rope_factors_long.weight"},
     {WeightKind::AttnNorm, true, "blk.{}.attn_norm.weight",
      "model.layers.{}.input_layernorm.weight", "blk.{}.attn_norm.weight"},
     {WeightKind::AttnQ, true, "blk.{}.attn_q.weight", "model.layers.{}.self_attn.q_proj.weight",
@@ -31,6 +33,12 @@ constexpr WeightName kTable[] = {
      "blk.{}.attn_v.bias"},
     {WeightKind::AttnOutput, true, "blk.{}.attn_output.weight",
      "model.layers.{}.self_attn.o_proj.weight", "blk.{}.attn_output.weight"},
+    {WeightKind::AttnQkv, true, "blk.{}.attn_qkv.weight", "model.layers.{}.self_attn.qkv_proj.weight",
+     "blk.{}.attn_qkv.weight"},
+    {WeightKind::AttnQNorm, true, "blk.{}.attn_q_norm.weight", "model.layers.{}.self_attn.q_norm.weight",
+     "blk.{}.attn_q_norm.weight"},
+    {WeightKind::AttnKNorm, true, "blk.{}.attn_k_norm.weight", "model.layers.{}.self_attn.k_norm.weight",
+     "blk.{}.attn_k_norm.weight"},
     {WeightKind::FfnNorm, true, "blk.{}.ffn_norm.weight",
      "model.layers.{}.post_attention_layernorm.weight", "blk.{}.ffn_norm.weight"},
     {WeightKind::FfnGate, true, "blk.{}.ffn_gate.weight", "model.layers.{}.mlp.gate_proj.weight",
@@ -39,6 +47,9 @@ constexpr WeightName kTable[] = {
      "blk.{}.ffn_up.weight"},
     {WeightKind::FfnDown, true, "blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight",
      "blk.{}.ffn_down.weight"},
+    // llama.cpp stores phi3's fused gate/up under the name of the up projection.
+    {WeightKind::FfnGateUp, true, "blk.{}.ffn_gate_up.weight", "model.layers.{}.mlp.gate_up_proj.weight",
+     "blk.{}.ffn_up.weight"},
 };
 
 std::string expand(std::string_view pattern, bool per_layer, int64_t layer) {

@@ -1,5 +1,6 @@
 #pragma once
-// The one canonical weight-name table: each weight of a llama/qwen2 decoder, its name in
+// The one canonical weight-name table: each weight of a decoder of the families of
+// model/family.h, its name in
 // HF checkpoints and in GGUF files (llama.cpp's llama-arch naming). Loaders translate file
 // names through this table and nowhere else. Per-layer patterns hold "{}" for the layer.
 #include <span>
@@ -13,6 +14,8 @@ enum class WeightKind {
   OutputNorm,  // [d_model]
   Output,      // [vocab, d_model] (absent when tied to TokenEmbd)
   RopeFreqs,   // [d_head/2] llama3 rope divisors (GGUF only; HF derives them from config)
+  RopeFactorsShort,  // [rope_dim/2] longrope divisors within the original context (GGUF only)
+  RopeFactorsLong,   // [rope_dim/2] longrope divisors beyond it (GGUF only)
   AttnNorm,    // [d_model]
   AttnQ,       // [n_head*d_head, d_model]
   AttnK,       // [n_kv_head*d_head, d_model]
@@ -21,10 +24,14 @@ enum class WeightKind {
   AttnKBias,   // [n_kv_head*d_head]
   AttnVBias,   // [n_kv_head*d_head]
   AttnOutput,  // [d_model, n_head*d_head]
+  AttnQkv,     // [(n_head + 2*n_kv_head)*d_head, d_model]: q, k, v rows in one (phi3)
+  AttnQNorm,   // [d_head] RMSNorm weight of every q head (qwen3)
+  AttnKNorm,   // [d_head] RMSNorm weight of every k head (qwen3)
   FfnNorm,     // [d_model]
   FfnGate,     // [d_ff, d_model]
   FfnUp,       // [d_ff, d_model]
   FfnDown,     // [d_model, d_ff]
+  FfnGateUp,   // [2*d_ff, d_model]: gate rows then up rows in one (phi3; GGUF calls it ffn_up)
 };
 
 struct WeightName {

@@ -1,13 +1,18 @@
 #include "model/config.h"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/tensor_names.h"
+#include "model/family.h"
 
 namespace ckv {
 namespace {
+
+using namespace family_detail;
 
 // Bounds that no real decoder reaches; they keep a crafted config from sizing absurd
 // allocations before any tensor is read.
@@ -16,54 +21,26 @@ constexpr int64_t kMaxWidth = int64_t{1} << 20;  // d_model, d_ff, n_head*d_head
 constexpr int64_t kMaxHeads = int64_t{1} << 14;
 constexpr int64_t kMaxVocab = int64_t{1} << 26;
 
-const nlohmann::json* field(const nlohmann::json& j, const char* key) {
-  const auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
-int64_t int_field(const nlohmann::json& j, const char* key, const std::string& source,
-                  std::optional<int64_t> fallback = std::nullopt) {
-  const nlohmann::json* v = field(j, key);
-  if (v == nullptr) {
-    if (fallback) return *fallback;
-    fail<FormatError>("{}: missing integer '{}'", source, key);
+std::vector<float> factor_list(const nlohmann::json& params, const char* key, const std::string& source) {
+  const nlohmann::json* v = field(params, key);
+  if (v == nullptr || !v->is_array()) fail<FormatError>("{}: longrope needs a list '{}'", source, key);
+  std::vector<float> out;
+  for (const nlohmann::json& x : *v) {
+    if (!x.is_number()) fail<FormatError>("{}: '{}' holds {}, not a number", source, key, x.dump());
+    out.push_back(static_cast<float>(x.get<double>()));
   }
-  if (v->is_number_unsigned()) {
-    const auto u = v->get<uint64_t>();
-    if (u > static_cast<uint64_t>(INT64_MAX))
-      fail<FormatError>("{}: '{}' is too large", source, key);
-    return static_cast<int64_t>(u);
-  }
-  if (v->is_number_integer()) return v->get<int64_t>();
-  fail<FormatError>("{}: '{}' is {}, not an integer", source, key, v->dump());
+  return out;
 }
 
-double float_field(const nlohmann::json& j, const char* key, const std::string& source,
-                   double fallback) {
-  const nlohmann::json* v = field(j, key);
-  if (v == nullptr) return fallback;
-  if (!v->is_number()) fail<FormatError>("{}: '{}' is {}, not a number", source, key, v->dump());
-  return v->get<double>();
-}
-
-bool bool_field(const nlohmann::json& j, const char* key, const std::string& source,
-                bool fallback) {
-  const nlohmann::json* v = field(j, key);
-  if (v == nullptr) return fallback;
-  if (!v->is_boolean()) fail<FormatError>("{}: '{}' is {}, not a bool", source, key, v->dump());
-  return v->get<bool>();
-}
-
-std::string string_field(const nlohmann::json& j, const char* key, const std::string& source,
-                         const std::string& fallback) {
-  const nlohmann::json* v = field(j, key);
-  if (v == nullptr) return fallback;
-  if (!v->is_string()) fail<FormatError>("{}: '{}' is {}, not a string", source, key, v->dump());
-  return v->get<std::string>();
+// LongRoPE's cos/sin scale when the config gives none (HF modeling_rope_utils): with
+// factor = context / original, sqrt(1 + ln(factor) / ln(original)), 1 for factor <= 1.
+double default_longrope_attention_factor(double factor, int64_t original) {
+  if (factor <= 1.0) return 1.0;
+  return std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(original)));
 }
 
 // transformers 4 writes rope_theta and rope_scaling at the top level; transformers 5 moves
-// both into rope_parameters. Either way only "default" and "llama3" are implemented.
+// both into rope_parameters. Implemented: "default", "llama3", "longrope" (alias "su").
 void read_rope(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
   c.rope_theta = float_field(j, "rope_theta", source, 10000.0);
   const nlohmann::json* params = field(j, "rope_parameters");
@@ -74,10 +51,25 @@ void read_rope(const nlohmann::json& j, const std::string& source, ModelConfig& 
   std::string type = string_field(*params, "rope_type", source, "");
   if (type.empty()) type = string_field(*params, "type", source, "default");
   if (type == "default") return;
-  if (type != "llama3") {
-    fail<UnsupportedError>("{}: rope type '{}' is not supported (default, llama3)", source, type);
-  }
   RopeScaling& r = c.rope_scaling;
+  if (type == "longrope" || type == "su") {
+    r.type = "longrope";
+    r.short_factor = factor_list(*params, "short_factor", source);
+    r.long_factor = factor_list(*params, "long_factor", source);
+    r.original_max_position = int_field(
+        *params, "original_max_position_embeddings", source,
+        int_field(j, "original_max_position_embeddings", source));
+    if (r.original_max_position <= 0)
+      fail<FormatError>("{}: original_max_position_embeddings = {}", source, r.original_max_position);
+    r.factor = float_field(*params, "factor", source,
+                           static_cast<double>(c.context_length) / static_cast<double>(r.original_max_position));
+    r.attention_factor = float_field(*params, "attention_factor", source,
+                                     default_longrope_attention_factor(r.factor, r.original_max_position));
+    return;
+  }
+  if (type != "llama3") {
+    fail<UnsupportedError>("{}: rope type '{}' is not supported (default, llama3, longrope)", source, type);
+  }
   r.type = type;
   r.factor = float_field(*params, "factor", source, r.factor);
   r.low_freq_factor = float_field(*params, "low_freq_factor", source, r.low_freq_factor);
@@ -86,14 +78,17 @@ void read_rope(const nlohmann::json& j, const std::string& source, ModelConfig& 
       int_field(*params, "original_max_position_embeddings", source, r.original_max_position);
 }
 
+// The features every model of a family has.
+void apply_family(const Family& f, ModelConfig& c) {
+  c.arch = f.arch;
+  c.attention_bias = c.attention_bias || f.qkv_bias;
+  c.qk_norm = f.qk_norm;
+}
+
 }  // namespace
 
 Architecture parse_architecture(const std::string& name, const std::string& source) {
-  // Mistral checkpoints are the llama layout under another name.
-  if (name == "llama" || name == "mistral") return Architecture::Llama;
-  if (name == "qwen2") return Architecture::Qwen2;
-  fail<UnsupportedError>("{}: unsupported architecture '{}' (supported: llama, qwen2)", source,
-                         name);
+  return family_for_hf(name, source).arch;
 }
 
 void ModelConfig::validate(const std::string& source) const {
@@ -108,17 +103,30 @@ void ModelConfig::validate(const std::string& source) const {
   check(d_head > 0 && d_head % 2 == 0 && d_head <= kMaxWidth,
         fmt::format("d_head = {} (must be positive and even)", d_head));
   check(n_head * d_head <= kMaxWidth, fmt::format("n_head*d_head = {}", n_head * d_head));
+  check(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= d_head,
+        fmt::format("rotary dims {} of d_head {} (must be positive, even, at most d_head)", rope_dim, d_head));
   check(d_ff > 0 && d_ff <= kMaxWidth, fmt::format("d_ff = {}", d_ff));
   check(vocab > 0 && vocab <= kMaxVocab, fmt::format("vocab = {}", vocab));
   check(context_length >= 0, fmt::format("context_length = {}", context_length));
   check(rms_eps > 0 && rms_eps < 1, fmt::format("rms_eps = {}", rms_eps));
   check(rope_theta > 0, fmt::format("rope_theta = {}", rope_theta));
-  if (rope_scaling.type == "llama3") {
-    const RopeScaling& r = rope_scaling;
+  check(sliding_window >= 0, fmt::format("sliding_window = {}", sliding_window));
+  const RopeScaling& r = rope_scaling;
+  if (r.type == "llama3") {
     check(r.factor > 0 && r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor &&
               r.original_max_position > 0,
           fmt::format("llama3 rope scaling factor {}, low {}, high {}, original {}", r.factor,
                       r.low_freq_factor, r.high_freq_factor, r.original_max_position));
+  }
+  if (r.type == "longrope") {
+    const auto half = static_cast<size_t>(rope_dim / 2);
+    check(r.short_factor.size() == half && r.long_factor.size() == half,
+          fmt::format("longrope short/long factors of {}/{} entries, the {} rotary dims need {}",
+                      r.short_factor.size(), r.long_factor.size(), rope_dim, half));
+    bool positive = r.original_max_position > 0 && std::isfinite(r.attention_factor) && r.attention_factor > 0;
+    for (const auto* list : {&r.short_factor, &r.long_factor})
+      for (float x : *list) positive = positive && std::isfinite(x) && x > 0;
+    check(positive, "longrope factors, attention factor and original context must be positive");
   }
 }
 
@@ -127,44 +135,30 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& sour
   ModelConfig c;
   c.arch_name = string_field(j, "model_type", source, "");
   if (c.arch_name.empty()) fail<FormatError>("{}: missing 'model_type'", source);
-  c.arch = parse_architecture(c.arch_name, source);
+  const Family& family = family_for_hf(c.arch_name, source);
+  c.arch = family.arch;
   c.n_layer = int_field(j, "num_hidden_layers", source);
   c.d_model = int_field(j, "hidden_size", source);
   c.n_head = int_field(j, "num_attention_heads", source);
   c.n_kv_head = int_field(j, "num_key_value_heads", source, c.n_head);
   c.d_head = int_field(j, "head_dim", source, c.n_head > 0 ? c.d_model / c.n_head : 0);
+  c.rope_dim = c.d_head;
   c.d_ff = int_field(j, "intermediate_size", source);
   c.vocab = int_field(j, "vocab_size", source);
-  const bool qwen = c.arch == Architecture::Qwen2;
-  c.context_length = int_field(j, "max_position_embeddings", source, qwen ? 32768 : 2048);
+  c.context_length = int_field(j, "max_position_embeddings", source, family.default_context);
   c.rms_eps = float_field(j, "rms_norm_eps", source, 1e-6);
   read_rope(j, source, c);
   c.tied_embeddings = bool_field(j, "tie_word_embeddings", source, false);
-  // qwen2 always has q/k/v biases (and no o_proj bias).
-  c.attention_bias = qwen;
-  if (!qwen && bool_field(j, "attention_bias", source, false)) {
-    // HF llama's attention_bias also biases o_proj, which ModelWeights has no slot for.
-    fail<UnsupportedError>("{}: llama attention_bias (q/k/v/o_proj biases) is not supported",
-                           source);
-  }
+  apply_family(family, c);
+  c.fused_qkv = family.fused_qkv_hf;
+  c.fused_gate_up = family.fused_gate_up_hf;
   if (bool_field(j, "mlp_bias", source, false)) {
     fail<UnsupportedError>("{}: mlp_bias is not supported", source);
   }
   const std::string act = string_field(j, "hidden_act", source, "silu");
   if (act != "silu")
     fail<UnsupportedError>("{}: hidden_act '{}' is not supported (silu)", source, act);
-  if (qwen && bool_field(j, "use_sliding_window", source, false)) {
-    fail<UnsupportedError>("{}: qwen2 sliding-window attention is not supported", source);
-  }
-  // Mistral v0.1 attends to a window of 4096 keys; ckv computes full causal attention, which
-  // equals it only while the window covers the whole context. Refuse rather than compute
-  // full attention silently (qwen2 writes a window but enables it by use_sliding_window).
-  if (const auto it = j.find("sliding_window");
-      !qwen && it != j.end() && !it->is_null() &&
-      (!it->is_number_integer() || it->get<int64_t>() < c.context_length)) {
-    fail<UnsupportedError>("{}: sliding-window attention (sliding_window {}) is not supported",
-                           source, it->dump());
-  }
+  family.read_hf(j, source, c);
   return c;
 }
 
@@ -174,7 +168,8 @@ ModelConfig config_from_gguf(const GgufFile& gguf) {
   const std::optional<std::string> arch = gguf.get_string("general.architecture");
   if (!arch) fail<FormatError>("{}: missing general.architecture", source);
   c.arch_name = *arch;
-  c.arch = parse_architecture(c.arch_name, source);
+  const Family& family = family_for_gguf(c.arch_name, source);
+  c.arch = family.arch;
   auto key = [&](std::string_view suffix) { return fmt::format("{}.{}", c.arch_name, suffix); };
   auto required_int = [&](std::string_view suffix) {
     const std::optional<int64_t> v = gguf.get_int(key(suffix));
@@ -195,9 +190,10 @@ ModelConfig config_from_gguf(const GgufFile& gguf) {
     fail<UnsupportedError>("{}: value head size {} differs from key head size {}", source, *v,
                            c.d_head);
   }
-  if (const auto r = gguf.get_int(key("rope.dimension_count")); r && *r != c.d_head) {
+  c.rope_dim = gguf.get_int(key("rope.dimension_count")).value_or(c.d_head);
+  if (c.rope_dim != c.d_head && !family.partial_rotary) {
     fail<UnsupportedError>("{}: partial rotary embedding ({} of {} dims) is not supported", source,
-                           *r, c.d_head);
+                           c.rope_dim, c.d_head);
   }
   const std::optional<double> eps = gguf.get_float(key("attention.layer_norm_rms_epsilon"));
   if (!eps)
@@ -210,6 +206,23 @@ ModelConfig config_from_gguf(const GgufFile& gguf) {
       fail<UnsupportedError>("{}: rope scaling '{}' is not supported", source, *type);
     }
   }
+  // LongRoPE in GGUF (llama.cpp's phi3 converter): the two factor lists as tensors.
+  const std::string short_name = gguf_name(WeightKind::RopeFactorsShort);
+  const std::string long_name = gguf_name(WeightKind::RopeFactorsLong);
+  if (gguf.find(short_name) != nullptr || gguf.find(long_name) != nullptr) {
+    RopeScaling& r = c.rope_scaling;
+    r.type = "longrope";
+    for (const auto& [name, list] : {std::pair{short_name, &r.short_factor}, std::pair{long_name, &r.long_factor}}) {
+      if (gguf.find(name) == nullptr) fail<FormatError>("{}: longrope needs tensor '{}'", source, name);
+      *list = gguf.load_f32(name).storage();
+    }
+    r.original_max_position = gguf.get_int(key("rope.scaling.original_context_length")).value_or(0);
+    if (r.original_max_position <= 0)
+      fail<FormatError>("{}: longrope needs metadata {}", source, key("rope.scaling.original_context_length"));
+    r.factor = static_cast<double>(c.context_length) / static_cast<double>(r.original_max_position);
+    r.attention_factor = gguf.get_float(key("rope.scaling.attn_factor"))
+                             .value_or(default_longrope_attention_factor(r.factor, r.original_max_position));
+  }
   if (const auto v = gguf.get_int(key("vocab_size"))) {
     c.vocab = *v;
   } else if (const auto* tokens = [&]() -> const GgufArray* {
@@ -220,12 +233,14 @@ ModelConfig config_from_gguf(const GgufFile& gguf) {
   } else if (const TensorInfo* embd = gguf.find(gguf_name(WeightKind::TokenEmbd))) {
     c.vocab = embd->shape.empty() ? 0 : embd->shape[0];
   }
-  if (const auto w = gguf.get_int(key("attention.sliding_window")); w && *w > 0 && *w < c.context_length)
-    fail<UnsupportedError>("{}: sliding-window attention ({} {}) is not supported", source,
-                           key("attention.sliding_window"), *w);
+  c.sliding_window = gguf.get_int(key("attention.sliding_window")).value_or(0);
   c.tied_embeddings = gguf.find(gguf_name(WeightKind::Output)) == nullptr;
-  c.attention_bias =
-      c.arch == Architecture::Qwen2 || gguf.find(gguf_name(WeightKind::AttnQBias, 0)) != nullptr;
+  c.attention_bias = gguf.find(gguf_name(WeightKind::AttnQBias, 0)) != nullptr;
+  apply_family(family, c);
+  // A family with fused projections may store either form in GGUF; the fused one when present.
+  c.fused_qkv = family.fused_qkv_hf && gguf.find(gguf_name(WeightKind::AttnQkv, 0)) != nullptr;
+  c.fused_gate_up = family.fused_gate_up_hf && gguf.find(gguf_name(WeightKind::FfnGate, 0)) == nullptr;
+  family.read_gguf(gguf, c);
   return c;
 }
 

@@ -10,14 +10,21 @@ namespace ckv {
 
 class GgufFile;
 
-enum class Architecture { Llama, Qwen2 };
+// The decoder families ckv implements; model/family.h describes each one.
+enum class Architecture { Llama, Qwen2, Qwen3, Phi3 };
 
 struct RopeScaling {
-  std::string type = "default";  // "default" or "llama3"
+  std::string type = "default";  // "default", "llama3" or "longrope" (docs/MODELS.md "RoPE (HF)")
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position = 8192;
+  // longrope: divisors of inv_freq [rope_dim/2] for a pass whose positions stay within
+  // original_max_position (short) and for a longer one (long), as HF picks them per call;
+  // attention_factor multiplies cos and sin (so q.k by its square).
+  std::vector<float> short_factor;
+  std::vector<float> long_factor;
+  double attention_factor = 1.0;
 };
 
 struct ModelConfig {
@@ -36,13 +43,21 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   bool attention_bias = false;  // q/k/v bias (qwen2, or llama with attention_bias)
   bool tied_embeddings = false;
+  // Per-layer features of the family (model/family.h), fixed when the config is read.
+  int64_t rope_dim = 0;          // rotated dims of each head: d_head, fewer with partial rotary
+  bool qk_norm = false;          // RMSNorm [d_head] of each q and k head before RoPE (qwen3)
+  bool fused_qkv = false;        // one [q_rows + 2*kv_rows, d_model] projection (phi3)
+  bool fused_gate_up = false;    // one [2*d_ff, d_model] gate-then-up projection (phi3)
+  int64_t sliding_window = 0;    // > 0: a query sees at most this many keys; a pass whose
+                                 // positions exceed it is refused (sliding windows are not
+                                 // implemented), one that stays within it is exact
 
   int64_t group_size() const { return n_head / n_kv_head; }  // query heads per KV head
   // Checks positivity and divisibility; throws FormatError naming `source`.
   void validate(const std::string& source) const;
 };
 
-// Throws UnsupportedError naming the architecture when it is not llama or qwen2.
+// Throws UnsupportedError naming the architecture when no family (model/family.h) has it.
 Architecture parse_architecture(const std::string& name, const std::string& source);
 
 // From an HF config.json (transformers 4 `rope_theta`/`rope_scaling` or transformers 5

@@ -100,6 +100,10 @@ Forward::Forward(const ModelConfig& config, const ModelWeights& weights, Forward
     if (!w.bq.empty()) expect_shape(w.bq, {q_dim}, p + "attn_q.bias");
     if (!w.bk.empty()) expect_shape(w.bk, {kv_dim}, p + "attn_k.bias");
     if (!w.bv.empty()) expect_shape(w.bv, {kv_dim}, p + "attn_v.bias");
+    if (c.qk_norm) {
+      expect_shape(w.q_norm, {c.d_head}, p + "attn_q_norm");
+      expect_shape(w.k_norm, {c.d_head}, p + "attn_k_norm");
+    }
     expect_shape(w.wo, {c.d_model, q_dim}, p + "attn_output");
     expect_shape(w.ffn_norm, {c.d_model}, p + "ffn_norm");
     expect_shape(w.w_gate, {c.d_ff, c.d_model}, p + "ffn_gate");
@@ -107,6 +111,16 @@ Forward::Forward(const ModelConfig& config, const ModelWeights& weights, Forward
     expect_shape(w.w_down, {c.d_model, c.d_ff}, p + "ffn_down");
   }
   inv_freq_ = rope_inv_freq(c, weights.rope_freq_factors);
+  if (c.rope_scaling.type == "longrope") inv_freq_long_ = rope_inv_freq(c, {}, /*long_factors=*/true);
+  rope_scale_ = rope_attention_scale(c);
+}
+
+void Forward::select_rope(int64_t end) {
+  const bool use_long = rope_uses_long_factors(config_, end);
+  RopeTable& table = use_long ? rope_long_ : rope_;
+  if (table.seq < end)
+    table = make_rope_table(use_long ? inv_freq_long_ : inv_freq_, std::max(end, 2 * table.seq), rope_scale_);
+  pass_rope_ = &table;
 }
 
 void Forward::check_request(int64_t seq, const ForwardRequest& request) const {
@@ -135,6 +149,10 @@ void Forward::check_tokens(std::span<const int32_t> tokens, int64_t first_positi
   if (n == 0) fail<InputError>("forward: no tokens");
   if (c.context_length > 0 && first_position + n > c.context_length)
     fail<InputError>("forward: {} tokens exceed the model's context of {}", first_position + n, c.context_length);
+  if (c.sliding_window > 0 && first_position + n > c.sliding_window)
+    fail<UnsupportedError>("forward: {} tokens exceed the model's sliding window of {} keys, and sliding-window "
+                           "attention is not implemented (up to {} tokens the pass is exact)",
+                           first_position + n, c.sliding_window, c.sliding_window);
   for (int64_t i = 0; i < n; ++i)
     if (tokens[static_cast<size_t>(i)] < 0 || tokens[static_cast<size_t>(i)] >= c.vocab)
       fail<InputError>("forward: token id {} at position {} outside the vocabulary [0, {})",
@@ -176,7 +194,7 @@ ForwardResult Forward::run(std::span<const int32_t> tokens, const ForwardRequest
   const auto seq = static_cast<int64_t>(tokens.size());
   check_tokens(tokens, 0);
   check_request(seq, request);
-  if (rope_.seq < seq) rope_ = make_rope_table(inv_freq_, seq);
+  select_rope(seq);
   try {
     embed(tokens);
     for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -208,7 +226,7 @@ ForwardResult Forward::run_cached(std::span<const int32_t> tokens, KvCache& cach
   const auto n = static_cast<int64_t>(tokens.size());
   check_tokens(tokens, first);
   check_rows(request.logit_rows, n, "logit rows");
-  if (rope_.seq < first + n) rope_ = make_rope_table(inv_freq_, std::max(first + n, 2 * rope_.seq));
+  select_rope(first + n);
   q_positions_.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) q_positions_[static_cast<size_t>(i)] = first + i;
   try {
@@ -270,8 +288,12 @@ void Forward::project_qkv(int64_t layer, int64_t first_position) {
     const HeadSplit splits[] = {{&proj_[0], &q_, c.n_head}, {&proj_[1], &k_, c.n_kv_head}, {&proj_[2], &v_, c.n_kv_head}};
     split_heads(ctx_.pool(), splits, begin, c.d_head);
   }
-  apply_rope(ctx_, q_, rope_, first_position);
-  apply_rope(ctx_, k_, rope_, first_position);
+  if (c.qk_norm) {  // each head's row [d_head], before RoPE (qwen3)
+    rms_norm(ctx_, q_, w.q_norm, static_cast<float>(c.rms_eps), q_);
+    rms_norm(ctx_, k_, w.k_norm, static_cast<float>(c.rms_eps), k_);
+  }
+  apply_rope(ctx_, q_, *pass_rope_, first_position);
+  apply_rope(ctx_, k_, *pass_rope_, first_position);
 }
 
 // normed_ [n, d_model] of the rows at [first_position, +n) -> block_out_ [n, d_model], the

@@ -1,6 +1,9 @@
 #pragma once
-// The decoder forward pass of llama and qwen2 models (docs/MODELS.md "Architectures"), fp32, with
-// recording and attention-mask intervention. It calls ops only, in one execution context
+// The decoder forward pass of the families of model/family.h (docs/MODELS.md "Architectures"),
+// fp32, with recording and attention-mask intervention. A layer is: RMSNorm, q/k/v
+// projections (+ biases), per-head q/k RMSNorm (qwen3), RoPE over the rotary dims (longrope's
+// factors and scale for phi3), causal attention, o_proj, residual; RMSNorm, SiLU-gated MLP,
+// residual. It calls ops only, in one execution context
 // (ops/context.h) made from ForwardOptions when the Forward is built, and never branches on
 // the device. Only the CPU runs it: a CUDA device is refused at construction (the kernels
 // exist, but the pass's KV cache, recordings and masks are host-side and the device path has
@@ -114,6 +117,9 @@ class Forward {
   void embed(std::span<const int32_t> tokens);
   void mlp_block(int64_t layer);
   ForwardResult logits(std::span<const int64_t> rows);
+  // Chooses (and grows) the rotation table of a pass over positions [0, end) (longrope: its
+  // short or long factors, HF's choice per call); project_qkv rotates by it.
+  void select_rope(int64_t end);
   // normed_ [n, d_model] -> q_, k_, v_ of the rows at positions [first_position, +n).
   void project_qkv(int64_t layer, int64_t first_position);
   void attention_block(int64_t layer, const ForwardRequest& request, bool record);
@@ -126,7 +132,9 @@ class Forward {
   const ModelWeights& weights_;
   ForwardOptions options_;
   ExecContext ctx_;
-  std::vector<float> inv_freq_;  // [d_head/2]
+  std::vector<float> inv_freq_;       // [rope_dim/2]
+  std::vector<float> inv_freq_long_;  // [rope_dim/2] longrope's long factors, else empty
+  float rope_scale_ = 1.0f;           // on cos and sin (longrope's attention factor)
   std::vector<KvHeadView> kv_views_;  // [n_kv_head] of the layer being run over a cache
   std::vector<int64_t> q_positions_;  // [n] positions of the rows being run over a cache
 
@@ -139,6 +147,8 @@ class Forward {
   Tensor block_out_;              // [seq, d_model]
   Tensor probs_;                  // [n_head, r, seq]
   RopeTable rope_;
+  RopeTable rope_long_;                 // longrope's long factors
+  const RopeTable* pass_rope_ = nullptr;  // the table of the pass being run
 };
 
 }  // namespace ckv

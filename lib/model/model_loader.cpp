@@ -1,5 +1,6 @@
 // load_model: a GGUF file or an HF safetensors directory to weights in HF layout, the
-// matrices kept in their stored dtype in the memory-mapped file. File names go through the
+// matrices kept in their stored dtype in the memory-mapped file (fused ones split into row
+// views). File names go through the
 // canonical table (io/tensor_names.h); every tensor's shape is checked against the config
 // before it is read; GGUF's llama Q/K row permutation is undone by a row map.
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include "io/weight_check.h"
 #include "io/safetensors.h"
 #include "io/tensor_names.h"
+#include "model/family.h"
 #include "model/model.h"
 
 namespace ckv {
@@ -36,6 +38,16 @@ std::vector<int64_t> expected_shape(WeightKind kind, const ModelConfig& c) {
       return {c.d_model};
     case WeightKind::RopeFreqs:
       return {c.d_head / 2};
+    case WeightKind::RopeFactorsShort:
+    case WeightKind::RopeFactorsLong:
+      return {c.rope_dim / 2};
+    case WeightKind::AttnQkv:
+      return {q_rows + 2 * kv_rows, c.d_model};
+    case WeightKind::AttnQNorm:
+    case WeightKind::AttnKNorm:
+      return {c.d_head};
+    case WeightKind::FfnGateUp:
+      return {2 * c.d_ff, c.d_model};
     case WeightKind::AttnQ:
       return {q_rows, c.d_model};
     case WeightKind::AttnK:
@@ -57,44 +69,65 @@ std::vector<int64_t> expected_shape(WeightKind kind, const ModelConfig& c) {
   return {};
 }
 
-// Lists every tensor the config calls for and checks presence and shape in table order (so
-// the first problem reported is deterministic). Matrices become views of the mapped file in
-// their stored dtype (`src` stays alive through `owner`); the small vectors are read as
-// float32.
+// Lists every tensor the config calls for (the family's features, model/family.h) and
+// checks presence and shape in table order (so the first problem reported is deterministic).
+// Matrices become views of the mapped file in their stored dtype (`src` stays alive through
+// `owner`); a fused matrix becomes one view per part, each a run of whole rows (a
+// quantisation block never crosses a row), with no copy. The small vectors are float32.
 void load_weights(const std::shared_ptr<const TensorSource>& src, const NameFn& name_of,
                   const ModelConfig& c, const std::string& source, ModelWeights& w) {
+  struct Part {
+    WeightMatrix* dst;
+    int64_t rows;  // consecutive rows of the stored matrix, after the previous parts'
+  };
   struct Job {
-    Tensor* vec = nullptr;        // a small float32 tensor, or
-    WeightMatrix* mat = nullptr;  // a matrix kept in its stored dtype
+    Tensor* vec = nullptr;    // a small float32 tensor, or
+    std::vector<Part> parts;  // a matrix kept in its stored dtype, whole or split by rows
     std::string file_name;
     std::vector<int64_t> shape;
   };
   std::vector<Job> jobs;
   auto add_vec = [&](Tensor* dst, WeightKind kind, int64_t layer) {
-    jobs.push_back({dst, nullptr, name_of(kind, layer), expected_shape(kind, c)});
+    jobs.push_back({dst, {}, name_of(kind, layer), expected_shape(kind, c)});
+  };
+  auto add_split = [&](WeightKind kind, int64_t layer, std::vector<Part> parts) {
+    jobs.push_back({nullptr, std::move(parts), name_of(kind, layer), expected_shape(kind, c)});
   };
   auto add_mat = [&](WeightMatrix* dst, WeightKind kind, int64_t layer) {
-    jobs.push_back({nullptr, dst, name_of(kind, layer), expected_shape(kind, c)});
+    add_split(kind, layer, {{dst, expected_shape(kind, c)[0]}});
   };
   add_mat(&w.token_embd, WeightKind::TokenEmbd, 0);
   add_vec(&w.output_norm, WeightKind::OutputNorm, 0);
   if (!c.tied_embeddings) add_mat(&w.output, WeightKind::Output, 0);
   w.layers.resize(static_cast<size_t>(c.n_layer));
+  const int64_t q_rows = c.n_head * c.d_head, kv_rows = c.n_kv_head * c.d_head;
   for (int64_t l = 0; l < c.n_layer; ++l) {
     LayerWeights& L = w.layers[static_cast<size_t>(l)];
     add_vec(&L.attn_norm, WeightKind::AttnNorm, l);
-    add_mat(&L.wq, WeightKind::AttnQ, l);
-    add_mat(&L.wk, WeightKind::AttnK, l);
-    add_mat(&L.wv, WeightKind::AttnV, l);
+    if (c.fused_qkv) {
+      add_split(WeightKind::AttnQkv, l, {{&L.wq, q_rows}, {&L.wk, kv_rows}, {&L.wv, kv_rows}});
+    } else {
+      add_mat(&L.wq, WeightKind::AttnQ, l);
+      add_mat(&L.wk, WeightKind::AttnK, l);
+      add_mat(&L.wv, WeightKind::AttnV, l);
+    }
     if (c.attention_bias) {
       add_vec(&L.bq, WeightKind::AttnQBias, l);
       add_vec(&L.bk, WeightKind::AttnKBias, l);
       add_vec(&L.bv, WeightKind::AttnVBias, l);
     }
+    if (c.qk_norm) {
+      add_vec(&L.q_norm, WeightKind::AttnQNorm, l);
+      add_vec(&L.k_norm, WeightKind::AttnKNorm, l);
+    }
     add_mat(&L.wo, WeightKind::AttnOutput, l);
     add_vec(&L.ffn_norm, WeightKind::FfnNorm, l);
-    add_mat(&L.w_gate, WeightKind::FfnGate, l);
-    add_mat(&L.w_up, WeightKind::FfnUp, l);
+    if (c.fused_gate_up) {
+      add_split(WeightKind::FfnGateUp, l, {{&L.w_gate, c.d_ff}, {&L.w_up, c.d_ff}});
+    } else {
+      add_mat(&L.w_gate, WeightKind::FfnGate, l);
+      add_mat(&L.w_up, WeightKind::FfnUp, l);
+    }
     add_mat(&L.w_down, WeightKind::FfnDown, l);
   }
   for (const Job& job : jobs) {
@@ -111,9 +144,19 @@ void load_weights(const std::shared_ptr<const TensorSource>& src, const NameFn& 
       continue;
     }
     const TensorInfo& info = *src->find(job.file_name);
+    const std::span<const uint8_t> bytes = src->stored_bytes(job.file_name);
     try {
-      *job.mat = WeightMatrix::view(info.dtype, info.shape[0], info.shape[1],
-                                    src->stored_bytes(job.file_name), src);
+      // Each part views its rows of the whole (the whole is checked first, so a row's bytes
+      // are bytes.size() / rows).
+      const WeightMatrix whole = WeightMatrix::view(info.dtype, info.shape[0], info.shape[1], bytes, src);
+      int64_t first = 0;
+      for (const Part& part : job.parts) {
+        *part.dst = WeightMatrix::view(info.dtype, part.rows, info.shape[1],
+                                       bytes.subspan(static_cast<size_t>(first * whole.row_bytes()),
+                                                     static_cast<size_t>(part.rows * whole.row_bytes())),
+                                       src);
+        first += part.rows;
+      }
     } catch (const FormatError& e) {
       fail<FormatError>("{}: tensor '{}': {}", source, job.file_name, e.what());
     }
@@ -123,8 +166,9 @@ void load_weights(const std::shared_ptr<const TensorSource>& src, const NameFn& 
   ThreadPool pool(0);
   pool.parallel_for(static_cast<int64_t>(jobs.size()), [&](int64_t i) {
     const Job& job = jobs[static_cast<size_t>(i)];
-    if (job.mat != nullptr) check_finite(fmt::format("{}: tensor '{}'", source, job.file_name), *job.mat);
-    else check_finite(fmt::format("{}: tensor '{}'", source, job.file_name), job.vec->span());
+    const std::string what = fmt::format("{}: tensor '{}'", source, job.file_name);
+    if (job.vec != nullptr) check_finite(what, job.vec->span());
+    for (const Part& part : job.parts) check_finite(what, *part.dst);
   });
 }
 
@@ -166,7 +210,7 @@ Model load_gguf(const std::filesystem::path& path) {
   m.config.validate(source);
   load_weights(
       file, [](WeightKind k, int64_t l) { return gguf_name(k, l); }, m.config, source, m.weights);
-  if (m.config.arch == Architecture::Llama) {
+  if (family_of(m.config.arch).gguf_permuted_qk) {
     const std::vector<int32_t> q_map = unpermute_map(m.config.n_head, m.config.d_head);
     const std::vector<int32_t> k_map = unpermute_map(m.config.n_kv_head, m.config.d_head);
     for (LayerWeights& L : m.weights.layers) {

@@ -7,20 +7,29 @@
 
 namespace ckv {
 
-std::vector<float> rope_inv_freq(const ModelConfig& config, std::span<const float> freq_factors) {
-  const int64_t half = config.d_head / 2;
+std::vector<float> rope_inv_freq(const ModelConfig& config, std::span<const float> freq_factors,
+                                 bool long_factors) {
+  const int64_t dim = config.rope_dim > 0 ? config.rope_dim : config.d_head;
+  const int64_t half = dim / 2;
   if (!freq_factors.empty() && static_cast<int64_t>(freq_factors.size()) != half)
     fail<FormatError>("rope_freqs: {} factors for d_head {} (expected {})", freq_factors.size(),
                       config.d_head, half);
   const RopeScaling& sc = config.rope_scaling;
   const bool llama3 = sc.type == "llama3" && freq_factors.empty();
+  const bool longrope = sc.type == "longrope";
+  const std::vector<float>& ext = long_factors ? sc.long_factor : sc.short_factor;
+  if (longrope && static_cast<int64_t>(ext.size()) != half)
+    fail<FormatError>("longrope: {} factors for {} rotary dims (expected {})", ext.size(), dim, half);
   std::vector<float> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {
     // HF computes base ** (2i/d) in fp32; computing in double and rounding agrees to 1 ulp.
-    double inv = 1.0 / std::pow(config.rope_theta,
-                                static_cast<double>(2 * i) / static_cast<double>(config.d_head));
-    inv = static_cast<float>(inv);
-    if (!freq_factors.empty()) {
+    const double power = std::pow(config.rope_theta, static_cast<double>(2 * i) / static_cast<double>(dim));
+    double inv = static_cast<float>(1.0 / power);
+    if (longrope) {
+      // HF: 1 / (ext_factors * base ** (2i/d)), each step in fp32.
+      const float scaled = ext[static_cast<size_t>(i)] * static_cast<float>(power);
+      inv = 1.0f / scaled;
+    } else if (!freq_factors.empty()) {
       inv /= freq_factors[static_cast<size_t>(i)];
     } else if (llama3) {
       // docs/MODELS.md: wavelength w = 2*pi/inv; long waves are slowed by `factor`, short ones
@@ -35,11 +44,19 @@ std::vector<float> rope_inv_freq(const ModelConfig& config, std::span<const floa
         inv = (1.0 - smooth) * inv / sc.factor + smooth * inv;
       }
     } else if (sc.type != "default" && !sc.type.empty()) {
-      fail<UnsupportedError>("rope scaling type '{}' is not supported (default, llama3)", sc.type);
+      fail<UnsupportedError>("rope scaling type '{}' is not supported (default, llama3, longrope)", sc.type);
     }
     inv_freq[static_cast<size_t>(i)] = static_cast<float>(inv);
   }
   return inv_freq;
+}
+
+bool rope_uses_long_factors(const ModelConfig& config, int64_t end) {
+  return config.rope_scaling.type == "longrope" && end > config.rope_scaling.original_max_position;
+}
+
+float rope_attention_scale(const ModelConfig& config) {
+  return config.rope_scaling.type == "longrope" ? static_cast<float>(config.rope_scaling.attention_factor) : 1.0f;
 }
 
 }  // namespace ckv

@@ -1,6 +1,7 @@
 #pragma once
-// Weights of a llama/qwen2 decoder in HF layout (GGUF's llama Q/K row permutation undone by
-// a row map). The matrices stay in their stored dtype, viewed in the memory-mapped file
+// Weights of a decoder of the families of model/family.h in HF layout (GGUF's llama Q/K row
+// permutation undone by a row map; fused q/k/v and gate/up projections split into row views
+// of the stored matrix). The matrices stay in their stored dtype, viewed in the memory-mapped file
 // (io/weight_matrix.h); the small vectors (norms, biases, rope factors) are float32. Shapes
 // use the project vocabulary: d_model, n_head, n_kv_head, d_head, d_ff, vocab.
 #include <vector>
@@ -18,6 +19,8 @@ struct LayerWeights {
   Tensor bq;            // [n_head*d_head] or empty
   Tensor bk;            // [n_kv_head*d_head] or empty
   Tensor bv;            // [n_kv_head*d_head] or empty
+  Tensor q_norm;        // [d_head] or empty: RMSNorm of each q head before RoPE (qwen3)
+  Tensor k_norm;        // [d_head] or empty
   WeightMatrix wo;      // [d_model, n_head*d_head]
   Tensor ffn_norm;      // [d_model]
   WeightMatrix w_gate;  // [d_ff, d_model]

@@ -6,7 +6,7 @@
 namespace ckv {
 
 void rms_norm(ExecContext& ctx, const Tensor& x, const Tensor& weight, float eps, Tensor& y) {
-  if (x.rank() < 1 || x.rank() > 2 || weight.rank() != 1 || x.shape().back() != weight.dim(0))
+  if (x.rank() < 1 || weight.rank() != 1 || x.shape().back() != weight.dim(0))
     fail<InputError>("rms_norm: input {} does not match weight {}", x.shape_string(),
                      weight.shape_string());
   if (&y != &x && y.shape() != x.shape()) y = Tensor(x.shape());

@@ -7,8 +7,8 @@ namespace ckv {
 
 class ThreadPool;
 
-// x: [rows, d_model] (rank 1 or 2), weight: [d_model], y: same shape as x (resized if
-// needed; may alias x). Throws InputError on mismatched shapes.
+// x: [..., d] (any rank >= 1: each row of the last axis is normed, e.g. every head of
+// q [n_head, seq, d_head]), weight: [d], y: same shape as x (resized if needed; may alias x). Throws InputError on mismatched shapes.
 void rms_norm(ExecContext& ctx, const Tensor& x, const Tensor& weight, float eps, Tensor& y);
 
 namespace detail {

@@ -8,6 +8,10 @@ Capture points (all from transformers itself, never from ckv):
   head_out  forward pre-hook on o_proj: its input split per head times the matching
             column slice of o_proj.weight (no bias).
   resid     forward hook on each decoder layer (its output residual stream).
+The family GGUFs (tiny_qwen3.gguf, tiny_phi3.gguf) are run by HF on the model of their HF
+directory with every weight replaced by gguf-py's dequantisation of the GGUF tensor (names
+mapped back by make_tiny_models.gguf_name); transformers' own GGUF loader is not used there
+because it ignores qwen3's attention.key_length and phi3's rope factor tensors.
 Usage: make_forward_goldens.py [--only NAME ...] [--skip-default]
 """
 import argparse
@@ -20,11 +24,13 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM
 from transformers.models.llama import modeling_llama
+from transformers.models.phi3 import modeling_phi3
 from transformers.models.qwen2 import modeling_qwen2
+from transformers.models.qwen3 import modeling_qwen3
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_tiny_models import MODELS, QUANT_SPEC, ROOT, SPECS, d_head  # noqa: E402
+from make_tiny_models import MODELS, QUANT_SPEC, ROOT, SPECS, d_head, gguf_name  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "data" / "golden"
 DEFAULT_GGUF = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -49,7 +55,8 @@ class Capture:
             attn = layer.self_attn
             self.handles.append(attn.o_proj.register_forward_pre_hook(self._o_hook(l)))
             self.handles.append(layer.register_forward_hook(self._resid_hook(l)))
-        self.originals = {m: m.eager_attention_forward for m in (modeling_llama, modeling_qwen2)}
+        self.originals = {m: m.eager_attention_forward
+                          for m in (modeling_llama, modeling_qwen2, modeling_qwen3, modeling_phi3)}
         for mod, orig in self.originals.items():
             mod.eager_attention_forward = self._wrap(orig)
 
@@ -107,6 +114,30 @@ def load(path, gguf_file=None, dtype=torch.float32):
     if gguf_file:
         kw["gguf_file"] = gguf_file
     m = AutoModelForCausalLM.from_pretrained(str(path), **kw)
+    return m.eval()
+
+
+def load_gguf_weights(path, gguf_path, dtype=torch.float32):
+    """The HF model of directory `path` with its weights replaced by gguf-py's dequantised
+    tensors of `gguf_path` (every HF weight must be found there)."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+    m = load(path, dtype=dtype)
+    by_gguf = {gguf_name(k): k for k in m.state_dict()}
+    state = {}
+    for t in GGUFReader(str(gguf_path)).tensors:
+        if t.name.startswith("rope_factors"):
+            continue
+        arr = dequantize(t.data, t.tensor_type).reshape([int(x) for x in reversed(t.shape)])
+        state[by_gguf[t.name]] = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32)).to(dtype)
+    missing = set(m.state_dict()) - set(state)
+    if m.config.tie_word_embeddings:
+        missing.discard("lm_head.weight")
+    assert not missing, f"{gguf_path}: no GGUF tensor for {sorted(missing)}"
+    m.load_state_dict(state, strict=False)
+    if m.config.tie_word_embeddings:
+        m.tie_weights()
+    assert torch.equal(m.model.embed_tokens.weight, state["model.embed_tokens.weight"])
     return m.eval()
 
 
@@ -231,12 +262,19 @@ def tiny_goldens(only):
     # d_model 256: two prompts keep the file small; the small models cover > 64 rows.
     runs.append(("tiny_llama_quant", MODELS, "tiny_llama_quant.gguf",
                  "models/tiny_llama_quant.gguf", QUANT_SPEC, [9, 40]))
+    for name, s in SPECS.items():
+        if s["arch"] in ("qwen3", "phi3") and name != "tiny_phi3_full_rotary":
+            runs.append((name + "_gguf", MODELS / name, MODELS / f"{name}.gguf",
+                         f"models/{name}.gguf", s, [7, 21, 66]))
     for name, path, gfile, attr, spec, lengths in runs:
         if only and name not in only:
             continue
         prompts = tiny_prompts(spec["vocab"], 1000 + spec["seed"], lengths)
-        m = load(path, gfile)
-        w = compare_f64(m, load(path, gfile, torch.float64), prompts)
+        if isinstance(gfile, Path):  # a family GGUF: HF on gguf-py's dequantised weights
+            m, m64 = load_gguf_weights(path, gfile), load_gguf_weights(path, gfile, torch.float64)
+        else:
+            m, m64 = load(path, gfile), load(path, gfile, torch.float64)
+        w = compare_f64(m, m64, prompts)
         print(f"{name}: f32 vs f64 error / tolerance: "
               + ", ".join(f"{k} {v:.3g}" for k, v in w.items()))
         assert max(w.values()) < 0.3, f"{name}: float32 reference too far from float64"

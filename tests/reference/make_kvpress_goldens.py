@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Golden selections and perturbation metrics for tests/test_bound_golden.cpp.
 
-Writes tests/data/kvpress/selection_v1.h5 (format_version 1). Two references, both
+Writes tests/data/kvpress/selection_v1.h5 and families_v1.h5 (format_version 1). The
+references, all
 independent of the C++ code:
 
 * kvpress (PyPI, `pip install kvpress`; imported with stubs for the `datasets` and
@@ -31,6 +32,21 @@ Layout (all float64 unless said; masks int32 [n_kv_head, c], 1 = kept):
     /perturb/<i>/   attrs: c, head; attn [p+1], keep int32 [p+1], stage1 int32 [p+1],
         v float32 [p+1, d_head], wo float32 [d_model, n_head*d_head],
         nu_l1, nu_l2 [p+1], metrics [15] in the order of kMetricNames
+tests/data/kvpress/families_v1.h5 (format_version 1, same root attributes):
+
+    /model_cases/<name>/  the presses run by kvpress itself on a tiny model of a family
+                    (tiny_qwen3, tiny_phi3_full_rotary: HF transformers, float32, sdpa
+                    attention, so kvpress computes SnapKV's window attention itself from the
+                    layer's q_proj/qkv_proj, q_norm and the model's RoPE (AdaKV refuses eager),
+                    a DynamicCache prefill of `tokens` inside `with press(model)`), the kept
+                    set of each layer read back from the compressed cache (pruning presses:
+                    which positions' keys remain) or from module.masked_key_indices (AdaKV).
+                    attrs: model (path under tests/data/), c, window, kernel, alpha, eps,
+                    alpha_safe, budgets (int64, kept per KV head)
+        tokens int32 [c]
+        kept/<method>/<b> int32 [n_layer, n_kv_head, c]   1 = kept
+                    Only budgets where a float64 run of the same model keeps the same sets
+                    are written (no near-ties a float32 implementation could flip).
 """
 import sys
 import types
@@ -75,6 +91,7 @@ from kvpress.presses.scorer_press import ScorerPress  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests/data/kvpress/selection_v1.h5"
+OUT_FAMILIES = ROOT / "tests/data/kvpress/families_v1.h5"
 
 
 class FixedScoresPress(ScorerPress):
@@ -277,8 +294,91 @@ def write_perturb(f, rng, count):
         g["nu_l1"], g["nu_l2"], g["metrics"] = nu1, nu2, m
 
 
+def model_kept_sets(model, ids, make_press, masked):
+    """[n_layer, n_kv_head, c] kept masks of the press made by make_press() on a prefill."""
+    from transformers import DynamicCache
+    press = make_press()
+    inner = press.press if hasattr(press, "press") and masked else press
+    kept = {}
+    orig = press.compress
+
+    def compress(module, hidden_states, keys, values, attentions, kwargs):
+        out = orig(module, hidden_states, keys, values, attentions, kwargs)
+        n_kv, c = keys.shape[1], keys.shape[2]
+        if masked:
+            kept[module.layer_idx] = kept_mask_from_masked(module, n_kv, c)
+        else:  # positions whose key rows survive (random keys: every row is distinct)
+            mask = np.zeros((n_kv, c), np.int32)
+            for g in range(n_kv):
+                same = (out[0][0, g][:, None, :] == keys[0, g][None, :, :]).all(-1)  # [kept, c]
+                assert torch.all(same.sum(dim=1) == 1)
+                mask[g, same.int().argmax(dim=1).numpy()] = 1
+            kept[module.layer_idx] = mask
+        return out
+
+    press.compress = compress
+    del inner
+    with torch.no_grad(), press(model):
+        model(torch.tensor([ids]), past_key_values=DynamicCache(), use_cache=True)
+    return np.stack([kept[l] for l in range(len(kept))]).astype(np.int32)
+
+
+def write_model_case(f, name, c, window, kernel, fractions, seed):
+    from transformers import AutoModelForCausalLM
+    path = ROOT / "tests/data/models" / name
+    models = {dt: AutoModelForCausalLM.from_pretrained(str(path), dtype=dt, attn_implementation="sdpa").eval()
+              for dt in (torch.float32, torch.float64)}
+    vocab = models[torch.float32].config.vocab_size
+    ids = [int(x) for x in np.random.default_rng(seed).integers(0, vocab, c)]
+    alpha, eps, alpha_safe = 0.5, 1e-4, 0.2
+    g = f.create_group(f"model_cases/{name}")
+    g.attrs["model"] = f"models/{name}"
+    for key, val in dict(c=c, window=window, kernel=kernel, alpha=alpha, eps=eps, alpha_safe=alpha_safe).items():
+        g.attrs[key] = val
+    g["tokens"] = np.array(ids, np.int32)
+    written = []
+    for fr in fractions:
+        b, cr = max(1, int(c * fr)), 1 - fr
+        assert b > window, "a budget at or below the window keeps only tied window entries"
+        snap = lambda: SnapKVPress(compression_ratio=cr, window_size=window, kernel_size=kernel)  # noqa: E731
+        presses = {"snapkv": (snap, False),
+                   "criticalkv(snapkv)": (lambda: CriticalKVPress(snap(), eps, alpha), False),
+                   "adakv(snapkv)": (lambda: AdaKVPress(snap(), alpha_safe), True),
+                   "criticalkv(adakv(snapkv))": (lambda: CriticalAdaKVPress(snap(), alpha_safe, eps, alpha), True)}
+        sets = {label: [model_kept_sets(m, ids, make, masked) for m in models.values()]
+                for label, (make, masked) in presses.items()}
+        if any(not np.array_equal(a, b64) for a, b64 in sets.values()):
+            print(f"{name}: budget {b} skipped (float32 and float64 kvpress disagree: a near-tie)")
+            continue
+        for label, (kept32, _) in sets.items():
+            g[f"kept/{label}/{b}"] = kept32
+        written.append(b)
+    assert written, f"{name}: no budget without near-ties"
+    g.attrs["budgets"] = np.array(written, np.int64)
+    print(f"{name}: kept sets of 4 presses at budgets {written} of {c}")
+
+
+def write_families():
+    """kvpress on real models of the newer families (its own RoPE, q/k norms, fused qkv), in
+    a file of its own so that selection_v1.h5 stays as it was generated."""
+    with h5py.File(OUT_FAMILIES, "w", libver=("v108", "v110")) as f:
+        f.attrs["format_version"] = 1
+        f.attrs["generator"] = "tests/reference/make_kvpress_goldens.py"
+        f.attrs["kvpress_version"] = str(getattr(kvpress, "__version__", "0.5.5"))
+        f.attrs["torch_version"] = str(torch.__version__)
+        # Budgets above the window: below it kvpress's topk picks among the window's equal
+        # scores (max + 1), an order no other implementation shares.
+        write_model_case(f, "tiny_qwen3", 60, 16, 5, [0.4, 0.6, 0.8], 2026)
+        # kvpress rotates its window queries over all head dims, so partial rotary embedding
+        # (tiny_phi3) is outside what it implements: a full-rotary phi3 with LongRoPE instead.
+        write_model_case(f, "tiny_phi3_full_rotary", 60, 16, 5, [0.4, 0.6, 0.8], 2027)
+    print(f"wrote {OUT_FAMILIES}")
+
+
 def main():
     OUT.parent.mkdir(parents=True, exist_ok=True)
+    if "--families-only" in sys.argv:  # only families_v1.h5
+        return write_families()
     rng = np.random.default_rng(20250131)
     with h5py.File(OUT, "w", libver=("v108", "v110")) as f:
         f.attrs["format_version"] = 1
@@ -293,6 +393,7 @@ def main():
         write_case(f, "paper_max7", rng, 6, 2, 8, 24, 120, 4, 16, 7, "max", [0.2, 0.4], 1.5)
         write_perturb(f, rng, 40)
     print(f"wrote {OUT}")
+    write_families()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,16 @@ HF directories (config.json + safetensors):
                      config in the transformers-5 style (`rope_parameters`)
   tiny_llama_tied/   llama, n_kv_head == n_head, tied, explicit head_dim 8
                      (!= hidden/n_head), f32
+  tiny_qwen3/        qwen3, GQA 4/2, head_dim 32 (!= hidden/n_head), q/k norms, tied, bf16
+  tiny_phi3/         phi3, GQA 4/2, fused qkv_proj and gate_up_proj, LongRoPE (original
+                     context 32, so the 66-token prompt takes the long factors) with
+                     partial_rotary_factor 0.75 (12 of 16 dims), sliding_window 128, f16
+  tiny_phi3_full_rotary/  phi3 with LongRoPE over all 16 dims, tied, f32 (the kvpress
+                     golden's phi3: kvpress rotates over every dim)
 GGUF files:
+  tiny_qwen3.gguf, tiny_phi3.gguf  the same weights under llama.cpp's qwen3 / phi3 names
+                         and metadata (phi3: attn_qkv, ffn_up holding gate and up,
+                         rope_factors_short/long), matrices in F32, F16 and Q8_0 by tensor
   tiny_llama_quant.gguf  llama d_model 256, every supported ggml type on some tensor
   tiny_llama3_rope.gguf  the exact weights of tiny_llama3_rope/ with llama3 rope
                          as `rope_freqs.weight` (transformers ignores that tensor,
@@ -49,9 +58,30 @@ SPECS = {
                             n_kv_head=4, head_dim=8, d_ff=128, theta=10000.0, eps=1e-5,
                             tied=True, dtype="float32", seed=14),
 }
+PHI3_ROPE = {"rope_type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
+             "long_factor": [1.0, 1.5, 2.5, 4.0, 6.0, 8.0]}
+SPECS.update({
+    "tiny_qwen3": dict(arch="qwen3", vocab=288, d_model=64, n_layer=2, n_head=4, n_kv_head=2,
+                       head_dim=32, d_ff=128, theta=10000.0, eps=1e-6, tied=True,
+                       dtype="bfloat16", seed=16),
+    "tiny_phi3": dict(arch="phi3", vocab=320, d_model=64, n_layer=2, n_head=4, n_kv_head=2,
+                      d_ff=128, theta=10000.0, eps=1e-5, tied=False, dtype="float16",
+                      rope_scaling=PHI3_ROPE, partial_rotary=0.75, original_context=32,
+                      sliding_window=128, seed=17),
+    # kvpress's presses rotate over every head dim (and CriticalKV reads config.head_dim).
+    "tiny_phi3_full_rotary": dict(arch="phi3", vocab=256, d_model=64, n_layer=2, n_head=4, head_dim=16,
+                                  n_kv_head=2, d_ff=128, theta=10000.0, eps=1e-5, tied=True,
+                                  dtype="float32", rope_scaling=dict(
+                                      PHI3_ROPE, short_factor=[1.0, 1.1, 1.2, 1.4, 1.6, 1.8, 2.0, 2.5],
+                                      long_factor=[1.0, 1.4, 2.0, 3.0, 4.0, 5.0, 6.5, 8.0]),
+                                  partial_rotary=1.0, original_context=32, sliding_window=None,
+                                  seed=18),
+})
 QUANT_SPEC = dict(arch="llama", vocab=272, d_model=256, n_layer=2, n_head=4, n_kv_head=2,
                   d_ff=256, theta=10000.0, eps=1e-5, tied=False, dtype="float32", seed=15)
 T = gguf.GGMLQuantizationType
+# The family GGUFs (tiny_qwen3.gguf, tiny_phi3.gguf): GGUF short name -> stored type; norms
+# and rope factors F32. F32, F16 and Q8_0 on each kind of matrix in one layer or the other.
 # GGUF tensor name -> stored type: every supported type at least once, K-quants and
 # F16 on permuted Q/K rows. Norms are F32.
 QUANT_TYPES = {
@@ -62,6 +92,15 @@ QUANT_TYPES = {
     "blk.1.attn_q": T.Q8_0, "blk.1.attn_k": T.F16, "blk.1.attn_v": T.BF16,
     "blk.1.attn_output": T.Q6_K, "blk.1.ffn_gate": T.Q4_1, "blk.1.ffn_up": T.Q4_K,
     "blk.1.ffn_down": T.Q4_0,
+}
+FAMILY_GGUF_TYPES = {
+    "token_embd": T.Q8_0, "output": T.F16,
+    "blk.0.attn_q": T.Q8_0, "blk.0.attn_k": T.F16, "blk.0.attn_v": T.F32, "blk.0.attn_qkv": T.Q8_0,
+    "blk.0.attn_output": T.F16, "blk.0.ffn_gate": T.F32, "blk.0.ffn_up": T.Q8_0,
+    "blk.0.ffn_down": T.F16,
+    "blk.1.attn_q": T.F16, "blk.1.attn_k": T.Q8_0, "blk.1.attn_v": T.Q8_0, "blk.1.attn_qkv": T.F16,
+    "blk.1.attn_output": T.Q8_0, "blk.1.ffn_gate": T.Q8_0, "blk.1.ffn_up": T.F32,
+    "blk.1.ffn_down": T.Q8_0,
 }
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 ST_DTYPE_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -79,17 +118,26 @@ def hf_shapes(s):
     for l in range(s["n_layer"]):
         p = f"model.layers.{l}."
         out[p + "input_layernorm.weight"] = ((d,), "norm")
-        out[p + "self_attn.q_proj.weight"] = ((q_out, d), "qk")
-        out[p + "self_attn.k_proj.weight"] = ((kv_out, d), "qk")
-        out[p + "self_attn.v_proj.weight"] = ((kv_out, d), "lin")
+        if s["arch"] == "phi3":  # q, k, v rows in one matrix; q/k rows get the q/k gain
+            out[p + "self_attn.qkv_proj.weight"] = ((q_out + 2 * kv_out, d), "qkv")
+        else:
+            out[p + "self_attn.q_proj.weight"] = ((q_out, d), "qk")
+            out[p + "self_attn.k_proj.weight"] = ((kv_out, d), "qk")
+            out[p + "self_attn.v_proj.weight"] = ((kv_out, d), "lin")
+        if s["arch"] == "qwen3":
+            out[p + "self_attn.q_norm.weight"] = ((dh,), "qknorm")
+            out[p + "self_attn.k_norm.weight"] = ((dh,), "qknorm")
         if s["arch"] == "qwen2":
             out[p + "self_attn.q_proj.bias"] = ((q_out,), "bias")
             out[p + "self_attn.k_proj.bias"] = ((kv_out,), "bias")
             out[p + "self_attn.v_proj.bias"] = ((kv_out,), "bias")
         out[p + "self_attn.o_proj.weight"] = ((d, q_out), "lin")
         out[p + "post_attention_layernorm.weight"] = ((d,), "norm")
-        out[p + "mlp.gate_proj.weight"] = ((ff, d), "lin")
-        out[p + "mlp.up_proj.weight"] = ((ff, d), "lin")
+        if s["arch"] == "phi3":  # gate rows, then up rows
+            out[p + "mlp.gate_up_proj.weight"] = ((2 * ff, d), "lin")
+        else:
+            out[p + "mlp.gate_proj.weight"] = ((ff, d), "lin")
+            out[p + "mlp.up_proj.weight"] = ((ff, d), "lin")
         out[p + "mlp.down_proj.weight"] = ((d, ff), "lin")
     out["model.norm.weight"] = ((d,), "norm")
     if not s["tied"]:
@@ -104,6 +152,8 @@ def random_weights(s):
     for name, (shape, kind) in hf_shapes(s).items():
         if kind == "norm":
             a = 1.0 + 0.2 * rng.standard_normal(shape)
+        elif kind == "qknorm":  # q/k of unit RMS times ~1.6: logits spread over a few units
+            a = 1.6 + 0.3 * rng.standard_normal(shape)
         elif kind == "bias":
             a = 0.5 * rng.standard_normal(shape)
         elif kind == "embed":
@@ -111,14 +161,21 @@ def random_weights(s):
         else:  # q/k get gain 1.5 so that attention logits spread over a few units
             gain = 1.5 if kind == "qk" else 1.0
             a = gain / math.sqrt(shape[1]) * rng.standard_normal(shape)
+            if kind == "qkv":  # the q and k rows of a fused projection
+                qk_rows = (s["n_head"] + s["n_kv_head"]) * d_head(s)
+                a[:qk_rows] *= 1.5
         t = torch.from_numpy(a.astype(np.float32)).to(TORCH_DTYPES[s["dtype"]])
         w[name] = t.to(torch.float32).numpy()
     return w
 
 
+HF_CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+              "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM"}
+
+
 def hf_config(s):
     arch = s["arch"]
-    c = {"architectures": ["LlamaForCausalLM" if arch == "llama" else "Qwen2ForCausalLM"],
+    c = {"architectures": [HF_CLASSES[arch]],
          "model_type": arch, "vocab_size": s["vocab"], "hidden_size": s["d_model"],
          "intermediate_size": s["d_ff"], "num_hidden_layers": s["n_layer"],
          "num_attention_heads": s["n_head"], "num_key_value_heads": s["n_kv_head"],
@@ -130,6 +187,17 @@ def hf_config(s):
     if arch == "llama":
         c.update(attention_bias=False, mlp_bias=False, rope_theta=s["theta"],
                  rope_scaling=s.get("rope_scaling"), torch_dtype=s["dtype"])
+    elif arch == "qwen3":  # the transformers-5 spelling
+        c.update(rope_parameters={"rope_type": "default", "rope_theta": s["theta"]},
+                 attention_bias=False, use_sliding_window=False, sliding_window=None,
+                 max_window_layers=s["n_layer"], dtype=s["dtype"])
+    elif arch == "phi3":  # the hub spelling of Phi-3/Phi-4-mini (rope_scaling, top-level
+        # partial_rotary_factor and original_max_position_embeddings)
+        c.update(rope_theta=s["theta"], rope_scaling=s["rope_scaling"],
+                 partial_rotary_factor=s["partial_rotary"],
+                 original_max_position_embeddings=s["original_context"],
+                 sliding_window=s["sliding_window"], resid_pdrop=0.0, embd_pdrop=0.0, pad_token_id=2,
+                 torch_dtype=s["dtype"])
     else:  # the transformers-5 spelling, as save_pretrained writes it today
         c.update(rope_parameters={"rope_type": "default", "rope_theta": s["theta"]},
                  use_sliding_window=False, sliding_window=None,
@@ -194,7 +262,11 @@ def gguf_name(hf):
            "self_attn.o_proj.weight": "attn_output.weight",
            "post_attention_layernorm.weight": "ffn_norm.weight",
            "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
-           "mlp.down_proj.weight": "ffn_down.weight"}
+           "mlp.down_proj.weight": "ffn_down.weight",
+           "self_attn.q_norm.weight": "attn_q_norm.weight",
+           "self_attn.k_norm.weight": "attn_k_norm.weight",
+           "self_attn.qkv_proj.weight": "attn_qkv.weight",
+           "mlp.gate_up_proj.weight": "ffn_up.weight"}  # llama.cpp's name for phi3's fused one
     return f"blk.{l}.{sub[rest]}"
 
 
@@ -257,7 +329,7 @@ def byte_vocab(w, vocab):
 
 def gguf_header(w, s, name):
     w.add_name(name)
-    w.add_context_length(256)
+    w.add_context_length(256)  # max_position_embeddings of every tiny model
     w.add_embedding_length(s["d_model"])
     w.add_block_count(s["n_layer"])
     w.add_feed_forward_length(s["d_ff"])
@@ -265,7 +337,8 @@ def gguf_header(w, s, name):
     w.add_head_count_kv(s["n_kv_head"])
     w.add_layer_norm_rms_eps(s["eps"])
     w.add_rope_freq_base(s["theta"])
-    w.add_rope_dimension_count(d_head(s))
+    if s["arch"] != "phi3":  # phi3's is its rotary dims (family_gguf)
+        w.add_rope_dimension_count(d_head(s))
     w.add_vocab_size(s["vocab"])
     byte_vocab(w, s["vocab"])
 
@@ -304,6 +377,44 @@ def write_gguf(path, s, tensors):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def family_gguf(name, s, w):
+    """The weights of an HF tiny model under llama.cpp's names and metadata for its arch
+    (convert_hf_to_gguf's Qwen3Model / Phi3MiniModel: no q/k permutation; phi3 keeps the
+    fused attn_qkv and ffn_up, and LongRoPE as rope_factors_short/long tensors with
+    rope.scaling.attn_factor and original_context_length), matrices typed by
+    FAMILY_GGUF_TYPES."""
+    path = MODELS / f"{name}.gguf"
+    writer = gguf.GGUFWriter(str(path), s["arch"])
+    gguf_header(writer, s, path.stem)
+    dh = d_head(s)
+    if s["arch"] == "qwen3":
+        writer.add_key_length(dh)
+        writer.add_value_length(dh)
+    tensors = []
+    if s["arch"] == "phi3":
+        r = s["rope_scaling"]
+        scale = 256 / s["original_context"]
+        writer.add_rope_dimension_count(int(dh * s["partial_rotary"]))
+        writer.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(s["original_context"])))
+        writer.add_rope_scaling_orig_ctx_len(s["original_context"])
+        writer.add_sliding_window(s["sliding_window"])
+        tensors += [("rope_factors_long.weight", np.array(r["long_factor"], np.float32), T.F32),
+                    ("rope_factors_short.weight", np.array(r["short_factor"], np.float32), T.F32)]
+    for hname, arr in w.items():
+        gname = gguf_name(hname)
+        qtype = FAMILY_GGUF_TYPES.get(gname.rsplit(".", 1)[0], T.F32) if arr.ndim == 2 else T.F32
+        tensors.append((gname, encode(arr, qtype), qtype))
+    for gname, data, qtype in tensors:
+        if qtype in (T.F32, T.F16):
+            writer.add_tensor(gname, data)
+        else:
+            writer.add_tensor(gname, data, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
 
 
 def quant_model():
@@ -351,6 +462,8 @@ def main():
         write_hf(name, s, w)
         if name == "tiny_llama3_rope":
             rope_gguf(w)
+        if s["arch"] in ("qwen3", "phi3") and name != "tiny_phi3_full_rotary":
+            family_gguf(name, s, w)
     quant_model()
     for p in sorted(MODELS.rglob("*")):
         if p.is_file():

@@ -1,0 +1,88 @@
+#pragma once
+// The decoder families as data (llama.cpp's split of hyperparameters, tensors and
+// graph). A family says what HF config.json and GGUF files call it, which per-layer features
+// its graph has, and reads (or refuses, in one line) the config options that are its own;
+// config.cpp reads what every family shares, model_loader.cpp lists the tensors from the
+// features, forward.cpp runs the features. A new family is one family_<name>.cpp file that
+// defines its Family and one entry in the table of family.cpp.
+//
+//   const Family& f = family_for_hf("qwen3", source);   // or family_for_gguf(...)
+//   f.read_hf(json, source, config);                   // its own options
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "model/config.h"
+
+namespace ckv {
+
+class GgufFile;
+
+struct Family {
+  Architecture arch;
+  std::string_view name;                             // ckv's name, as `ckv info` prints it
+  std::span<const std::string_view> hf_model_types;  // config.json "model_type" values
+  std::span<const std::string_view> gguf_archs;      // GGUF "general.architecture" values
+  int64_t default_context;  // HF max_position_embeddings when config.json has none
+  // Graph features every model of the family has (a config may add more, e.g. a llama GGUF
+  // with q/k/v biases):
+  bool qkv_bias;          // q/k/v biases (qwen2)
+  bool qk_norm;           // per-head q/k RMSNorm before RoPE (qwen3)
+  bool fused_qkv_hf;      // HF stores qkv_proj (phi3); GGUF files may store either form
+  bool fused_gate_up_hf;  // HF stores gate_up_proj (phi3)
+  bool gguf_permuted_qk;  // llama.cpp's converter interleaves each q/k head's rows (llama)
+  bool partial_rotary;    // RoPE may rotate fewer than d_head dims (phi3's partial_rotary_factor)
+  // The family's own config options, after the shared fields are read: fills `c`, throws
+  // UnsupportedError naming an option ckv does not implement, FormatError for a bad value.
+  void (*read_hf)(const nlohmann::json& j, const std::string& source, ModelConfig& c);
+  void (*read_gguf)(const GgufFile& gguf, ModelConfig& c);
+};
+
+// Every family, in the order `ckv info` and error messages list them.
+std::span<const Family* const> families();
+const Family& family_of(Architecture arch);
+// Throw UnsupportedError "unsupported architecture 'X' (supported: ...)" when none matches.
+const Family& family_for_hf(const std::string& model_type, const std::string& source);
+const Family& family_for_gguf(const std::string& arch, const std::string& source);
+
+// The graph features a config turns on, in words, for `ckv info`: "q/k norm", "fused qkv",
+// "fused gate/up", "qkv bias", "partial rotary 12 of 16 dims", "longrope (...)", "sliding
+// window N (longer passes refused)". Empty for a plain llama.
+std::vector<std::string> family_features(const ModelConfig& c);
+
+// The families' definitions (one family_<name>.cpp each).
+const Family& llama_family();
+const Family& qwen2_family();
+const Family& qwen3_family();
+const Family& phi3_family();
+
+// Shared pieces of the families' readers (family.cpp).
+namespace family_detail {
+const nlohmann::json* field(const nlohmann::json& j, const char* key);  // null when absent or null
+// `fallback` when absent; FormatError naming the key when mistyped (or missing, for
+// int_field without a fallback).
+int64_t int_field(const nlohmann::json& j, const char* key, const std::string& source,
+                  std::optional<int64_t> fallback = std::nullopt);
+std::string string_field(const nlohmann::json& j, const char* key, const std::string& source,
+                         const std::string& fallback);
+bool bool_field(const nlohmann::json& j, const char* key, const std::string& source, bool fallback);
+double float_field(const nlohmann::json& j, const char* key, const std::string& source,
+                   double fallback);
+// A window of HF config.json (`sliding_window`, an integer or null) or 0 when there is none.
+int64_t sliding_window_field(const nlohmann::json& j, const std::string& source);
+// Refuses `use_sliding_window: true` (qwen2, qwen3): windowed layers are not implemented.
+void refuse_use_sliding_window(const nlohmann::json& j, const std::string& source,
+                               std::string_view family);
+// Refuses a GGUF `{arch}.attention.sliding_window` shorter than the context (llama, qwen2,
+// qwen3, where ckv would otherwise compute full attention); keeps one that covers it.
+void refuse_short_gguf_window(const GgufFile& gguf, ModelConfig& c);
+// Refuses HF `attention_bias: true` where it also biases o_proj (llama, qwen3).
+void refuse_attention_bias(const nlohmann::json& j, const std::string& source,
+                           std::string_view family);
+}  // namespace family_detail
+
+}  // namespace ckv
