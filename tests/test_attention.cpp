@@ -282,7 +282,9 @@ TEST(AttentionKernel, DecodingRowsMatchCausal) {
       worst = std::max(worst, double{std::abs(got.data()[i] - want.data()[first * heads * d + i])});
     EXPECT_LT(worst, 1e-6) << "rows from " << first;
     // Its order of summation differs: some bits change once a row has many keys.
-    if (first > 0) EXPECT_GT(worst, 0.0) << "the direct path was not taken";
+    if (first > 0) {
+      EXPECT_GT(worst, 0.0) << "the direct path was not taken";
+    }
   }
 }
 

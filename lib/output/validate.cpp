@@ -126,7 +126,7 @@ void check_spans(const h5::Object& o, const nlohmann::json& spans, int64_t n) {
 }
 
 // What every batch output's root and record list hold (batch_output.h).
-void check_batch_root(const h5::File& f, OutputSummary& s) {
+void check_batch_root(const h5::File& f) {
   string_attr(f, "command_line");
   json_attr(f, "settings");
   for (const char* key : {"model_sha256", "input_sha256"})
@@ -309,7 +309,7 @@ RecordCheck check_root(const h5::File& f, OutputSummary& s) {
   s.schema = f.has_attr("schema") ? f.attr_string("schema") : "";
   if (s.schema == kDumpSchema) {
     check_dump_schema(f);
-    check_batch_root(f, s);
+    check_batch_root(f);
     const DumpShape d = check_dump_root(f);
     group(f, "records");
     return [d](const h5::Group& r) { check_dump_record(r, d); };
@@ -318,7 +318,7 @@ RecordCheck check_root(const h5::File& f, OutputSummary& s) {
     check_bound_schema(f);
     s.kind = string_attr(f, "kind");
     if (s.kind != "bound" && s.kind != "check") bad(f, "attribute \"kind\" is \"{}\", not bound or check", s.kind);
-    check_batch_root(f, s);
+    check_batch_root(f);
     const std::string labels_attr = s.kind == "check" ? "alphas" : "methods";
     need_attr(f, labels_attr);
     const auto n_labels = static_cast<int64_t>(f.attr_strings(labels_attr).size());
@@ -332,13 +332,13 @@ RecordCheck check_root(const h5::File& f, OutputSummary& s) {
   }
   if (s.schema == kMaskSchema) {
     check_mask_schema(f);
-    check_batch_root(f, s);
+    check_batch_root(f);
     group(f, "records");
     return check_mask_record;
   }
   if (s.schema == kEvalSchema) {
     check_eval_schema(f);
-    check_batch_root(f, s);
+    check_batch_root(f);
     for (const char* a : {"methods", "budgets", "n_layer", "n_head", "n_kv_head"}) need_attr(f, a);
     const int64_t nl = f.attr_int("n_layer"), nh = f.attr_int("n_head"), nkv = f.attr_int("n_kv_head");
     if (nl < 1 || nh < 1 || nkv < 1 || nh % nkv != 0)
