@@ -30,8 +30,12 @@ void check_mode(const std::filesystem::path& path, std::string_view what, mode_t
 
 void require_regular_file(const std::filesystem::path& path, std::string_view what) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
+  if (::stat(path.c_str(), &st) != 0) {
+    // A path that names nothing is a bad input, as every reader said before this check.
+    if (errno == ENOENT || errno == ENOTDIR)
+      fail<InputError>("{}: cannot read {}: {}", path.string(), what, std::strerror(errno));
     fail<IoError>("{}: cannot read {}: {}", path.string(), what, std::strerror(errno));
+  }
   check_mode(path, what, st.st_mode);
 }
 
