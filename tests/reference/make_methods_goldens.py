@@ -4,7 +4,7 @@
 Writes tests/data/kvpress/methods_v1.h5 (format_version 1). The reference is the
 official code of the paper (github.com/FFY0/DefensiveKV, commit DEFENSIVEKV_COMMIT),
 never copied into this repository: the two press files are read at generation time
-from a checkout (env DEFENSIVEKV_REPO, else a git clone into /tmp/DefensiveKV) and
+from a checkout (env DEFENSIVEKV_REPO, else a git clone into the temporary directory, DefensiveKV/) and
 executed with their imports stubbed where they need the repository's CUDA/Triton
 parts:
 
@@ -103,7 +103,7 @@ TEXT = (
 def official_source(rel):
     repo = os.environ.get("DEFENSIVEKV_REPO")
     if repo is None:
-        repo = "/tmp/DefensiveKV"
+        repo = str(Path(tempfile.gettempdir()) / "DefensiveKV")
         if not Path(repo).exists():
             subprocess.check_call(["git", "clone", "-q", DEFENSIVEKV_URL, repo])
     path = Path(repo)
