@@ -68,7 +68,7 @@ nb::dict bound_layer(const FloatIn& q_in, const FloatIn& k_in, const FloatIn& v_
     }
     for (int64_t b : a.budgets)
       if (b < 1 || b > a.c) fail<InputError>("budget {}: outside [1, {}] (the context)", b, a.c);
-    r.budgets = a.budgets;
+    r.budgets.assign(a.budgets.begin(), a.budgets.end());  // counts (Budget's is_count)
     r.params.window = a.window;
     r.params.kernel = a.kernel;
     r.params.h2o_rows = a.h2o_rows;
