@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs every example of README.md and docs/*.md as written, after the main job.
 
-    /usr/bin/python3 scripts/check_examples.py [--build DIR] [--list] [FILE.md ...]
+    /usr/bin/python3 scripts/check_examples.py [--build DIR] [--list] [doc.md ...]
 
 An example block is an indented (4 spaces) or fenced code block whose first command line
 starts with a shell command this script knows (`build/ckv`, `ckv`, `scripts/`, `python3`,

