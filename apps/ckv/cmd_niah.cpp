@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "core/input_file.h"
 #include "common.h"
@@ -14,8 +13,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "data/niah.h"
-#include "io/gguf.h"
-#include "model/config.h"
+#include "data/prompt_tokenizer.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -30,32 +28,6 @@ struct NiahCliOptions {
   std::string out = "-";
   bool force = false;
 };
-
-// The tokenizer alone (no weights) and the model's context length (0: unknown, a bare
-// tokenizer.json): a .gguf file, a tokenizer.json, or an HF directory.
-struct NiahModel {
-  std::unique_ptr<Tokenizer> tokenizer;
-  int64_t context_length = 0;
-};
-
-NiahModel load_tokenizer(const std::filesystem::path& path) {
-  if (std::filesystem::is_directory(path)) {
-    NiahModel m{tokenizer_from_json(path / "tokenizer.json"), 0};
-    const std::filesystem::path config = path / "config.json";
-    const std::string text = read_regular_file(config, "the model config");
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      fail<FormatError>("{}: not valid JSON ({})", config.string(), e.what());
-    }
-    m.context_length = config_from_hf_json(j, config.string()).context_length;
-    return m;
-  }
-  if (path.extension() == ".json") return {tokenizer_from_json(path), 0};
-  const GgufFile gguf(path);
-  return {tokenizer_from_gguf(gguf), config_from_gguf(gguf).context_length};
-}
 
 std::vector<double> parse_depths(const std::string& spec) {
   std::vector<double> out;
@@ -87,7 +59,7 @@ void run_niah(NiahCliOptions o, const GlobalOptions& g) {
   }
   o.niah.value_kind = o.value_type == "uuids" ? NiahValueKind::Uuids : NiahValueKind::Numbers;
   if (!o.depths.empty()) o.niah.depths = parse_depths(o.depths);
-  const NiahModel model = load_tokenizer(g.model_path());
+  const PromptTokenizer model = load_prompt_tokenizer(g.model_path());
   const std::unique_ptr<Tokenizer>& tok = model.tokenizer;
   if (model.context_length > 0 && o.niah.length > model.context_length)
     fail<UsageError>("--length {}: longer than the model's context of {} tokens ({})", o.niah.length,

@@ -1,10 +1,9 @@
 #include "data/prompt_tokenizer.h"
 
-#include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "io/gguf.h"
 #include "model/config.h"
 
@@ -16,11 +15,10 @@ PromptTokenizer load_prompt_tokenizer(const std::filesystem::path& path) {
       fail<FormatError>("{}: no tokenizer (tokenizer.json is missing)", path.string());
     PromptTokenizer m{tokenizer_from_json(path / "tokenizer.json"), 0};
     const std::filesystem::path config = path / "config.json";
-    std::ifstream in(config);
-    if (!in) fail<IoError>("{}: cannot open", config.string());
+    const std::string text = read_regular_file(config, "the model config");
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(in);
+      j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
       fail<FormatError>("{}: not valid JSON ({})", config.string(), e.what());
     }
