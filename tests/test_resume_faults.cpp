@@ -59,6 +59,7 @@ class ResumeFaults : public test::DefaultModelTest {
     DefaultModelTest::SetUp();
     if (!model_.empty()) test::write_text(dir_ / "in.jsonl", test::small_batch(4, 40));
   }
+  void resume_after_failed_write(const std::string& kind);
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::string input() const { return path("in.jsonl"); }
   // The command of each batch output, writing `out` (bound and eval: a prefix).
@@ -80,9 +81,9 @@ class ResumeFaults : public test::DefaultModelTest {
 // file-size limits from 8 KiB to most of the output; four, to keep the test short under
 // the sanitizers), then `--resume` with the limit
 // gone, gives the records of a run never interrupted.
-TEST_F(ResumeFaults, ResumeAfterAFailedWriteEqualsAnUninterruptedRun) {
-  for (const std::string kind : {"bound", "eval", "mask"}) {
-    SCOPED_TRACE(kind);
+// One test per output kind, so each stays inside CTest's 600 s under ASan.
+void ResumeFaults::resume_after_failed_write(const std::string& kind) {
+  {
     RunResult r = run_ckv(command(kind, kind + "_whole"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const auto size_kib = static_cast<int>(fs::file_size(dir_ / (kind + "_whole.h5")) / 1024);
@@ -106,6 +107,10 @@ TEST_F(ResumeFaults, ResumeAfterAFailedWriteEqualsAnUninterruptedRun) {
     EXPECT_GE(failed, 3) << "the limits stopped too few runs to test resuming";
   }
 }
+
+TEST_F(ResumeFaults, BoundResumeAfterAFailedWriteEqualsAnUninterruptedRun) { resume_after_failed_write("bound"); }
+TEST_F(ResumeFaults, EvalResumeAfterAFailedWriteEqualsAnUninterruptedRun) { resume_after_failed_write("eval"); }
+TEST_F(ResumeFaults, MaskResumeAfterAFailedWriteEqualsAnUninterruptedRun) { resume_after_failed_write("mask"); }
 
 // The first chunk of a chunked dataset, as a byte range of the file.
 std::pair<haddr_t, hsize_t> first_chunk(const fs::path& file, const std::string& dataset) {
