@@ -250,7 +250,7 @@ TEST(ModelLoader, MissingInputs) {
 
 TEST(ModelLoader, UnsupportedArchitecture) {
   expect_load_error<ckv::UnsupportedError>(
-      kDir / "bad_arch.gguf", "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3, phi3)");
+      kDir / "bad_arch.gguf", "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3, phi3, qwen3moe)");
   ScratchDir d;
   d.tiny_llama([](nlohmann::json& c) { c["model_type"] = "gemma3"; });
   expect_load_error<ckv::UnsupportedError>(d.path(), "unsupported architecture 'gemma3'");

@@ -11,7 +11,7 @@ namespace ckv {
 std::span<const Family* const> families() {
   // The table: one entry per family_<name>.cpp.
   static const Family* const kFamilies[] = {&llama_family(), &qwen2_family(), &qwen3_family(),
-                                            &phi3_family()};
+                                            &phi3_family(), &qwen3moe_family()};
   return kFamilies;
 }
 
@@ -63,6 +63,13 @@ std::vector<std::string> family_features(const ModelConfig& c) {
   if (c.rope_scaling.type == "llama3") out.emplace_back("llama3 rope");
   if (c.sliding_window > 0 && (c.context_length == 0 || c.sliding_window < c.context_length))
     out.push_back(fmt::format("sliding window {} (longer passes refused)", c.sliding_window));
+  if (c.n_expert > 0) {
+    int64_t dense = 0;
+    for (int64_t l = 0; l < c.n_layer; ++l) dense += c.expert_layer(l) ? 0 : 1;
+    out.push_back(fmt::format("{} experts, {} per token (expert d_ff {}, top-k weights {}{})", c.n_expert,
+                              c.n_expert_used, c.d_ff_expert, c.norm_topk_prob ? "renormalised" : "as routed",
+                              dense > 0 ? fmt::format(", {} dense layers", dense) : ""));
+  }
   return out;
 }
 
@@ -141,6 +148,28 @@ void refuse_attention_bias(const nlohmann::json& j, const std::string& source,
   if (bool_field(j, "attention_bias", source, false))
     fail<UnsupportedError>("{}: {} attention_bias (q/k/v/o_proj biases) is not supported", source,
                            family);
+}
+
+void read_gguf_experts(const GgufFile& gguf, ModelConfig& c) {
+  const std::string source = gguf.path().string();
+  auto key = [&](std::string_view suffix) { return fmt::format("{}.{}", c.arch_name, suffix); };
+  c.n_expert = gguf.get_int(key("expert_count")).value_or(0);
+  if (c.n_expert == 0) return;
+  const std::optional<int64_t> used = gguf.get_int(key("expert_used_count"));
+  if (!used) fail<FormatError>("{}: missing metadata {}", source, key("expert_used_count"));
+  c.n_expert_used = *used;
+  c.d_ff_expert = gguf.get_int(key("expert_feed_forward_length")).value_or(c.d_ff);
+  c.norm_topk_prob = gguf.get_bool(key("expert_weights_norm")).value_or(true);
+  for (const char* shared : {"expert_shared_count", "expert_shared_feed_forward_length"})
+    if (gguf.get_int(key(shared)).value_or(0) != 0)
+      fail<UnsupportedError>("{}: shared experts ({}) are not supported", source, key(shared));
+  // llama.cpp's enum: 1 softmax, 2 sigmoid.
+  if (const auto gating = gguf.get_int(key("expert_gating_func")); gating && *gating != 1)
+    fail<UnsupportedError>("{}: expert gating function {} ({}) is not supported (softmax)", source, *gating,
+                           key("expert_gating_func"));
+  if (const auto scale = gguf.get_float(key("expert_weights_scale")); scale && *scale != 1.0)
+    fail<UnsupportedError>("{}: expert weight scale {} ({}) is not supported", source, *scale,
+                           key("expert_weights_scale"));
 }
 
 }  // namespace family_detail

@@ -51,7 +51,7 @@ const Family& family_for_gguf(const std::string& arch, const std::string& source
 
 // The graph features a config turns on, in words, for `ckv info`: "q/k norm", "fused qkv",
 // "fused gate/up", "qkv bias", "partial rotary 12 of 16 dims", "longrope (...)", "sliding
-// window N (longer passes refused)". Empty for a plain llama.
+// window N (longer passes refused)", "128 experts, 8 per token (...)". Empty for a plain llama.
 std::vector<std::string> family_features(const ModelConfig& c);
 
 // The families' definitions (one family_<name>.cpp each).
@@ -59,6 +59,7 @@ const Family& llama_family();
 const Family& qwen2_family();
 const Family& qwen3_family();
 const Family& phi3_family();
+const Family& qwen3moe_family();
 
 // Shared pieces of the families' readers (family.cpp).
 namespace family_detail {
@@ -83,6 +84,11 @@ void refuse_short_gguf_window(const GgufFile& gguf, ModelConfig& c);
 // Refuses HF `attention_bias: true` where it also biases o_proj (llama, qwen3).
 void refuse_attention_bias(const nlohmann::json& j, const std::string& source,
                            std::string_view family);
+// The experts of a GGUF (`{arch}.expert_count`, `expert_used_count`,
+// `expert_feed_forward_length`, else d_ff; `expert_weights_norm`, else renormalised as
+// llama.cpp's llama and qwen3moe graphs do); none when expert_count is absent or 0. Refuses
+// shared experts, a gating function other than softmax and a weight scale other than 1.
+void read_gguf_experts(const GgufFile& gguf, ModelConfig& c);
 }  // namespace family_detail
 
 }  // namespace ckv

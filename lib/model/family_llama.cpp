@@ -1,6 +1,8 @@
 // llama: Llama 2/3.x, SmolLM2, Mistral (docs/MODELS.md "Architectures"). RMSNorm, SiLU-gated MLP,
 // RoPE (default or llama3 scaling), no biases in HF checkpoints (a GGUF may carry q/k/v
-// biases), q/k rows interleaved per head by llama.cpp's converter.
+// biases), q/k rows interleaved per head by llama.cpp's converter. Mixtral is llama with
+// experts in every layer (HF model_type mixtral; GGUF llama with expert_count): HF's router
+// softmax, top-k and renormalisation, which is the softmax of the top-k router logits.
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -23,13 +25,21 @@ void read_hf(const nlohmann::json& j, const std::string& source, ModelConfig& c)
                              source, it->dump());
     c.sliding_window = it->get<int64_t>();
   }
+  if (c.arch_name == "mixtral") {  // MixtralConfig's defaults where the file has none
+    c.n_expert = int_field(j, "num_local_experts", source, 8);
+    c.n_expert_used = int_field(j, "num_experts_per_tok", source, 2);
+    c.d_ff_expert = c.d_ff;
+    c.norm_topk_prob = true;
+    c.hf_mixtral_expert_names = true;
+  }
 }
 
 void read_gguf(const GgufFile& gguf, ModelConfig& c) {
   refuse_short_gguf_window(gguf, c);
+  read_gguf_experts(gguf, c);
 }
 
-constexpr std::string_view kHf[] = {"llama", "mistral"};  // Mistral: the llama layout renamed
+constexpr std::string_view kHf[] = {"llama", "mistral", "mixtral"};  // Mistral: the llama layout renamed
 constexpr std::string_view kGguf[] = {"llama"};
 
 }  // namespace

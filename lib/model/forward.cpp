@@ -9,6 +9,7 @@
 #include "model/rope_freq.h"
 #include "ops/linear.h"
 #include "ops/mlp.h"
+#include "ops/moe.h"
 #include "ops/rms_norm.h"
 
 namespace ckv {
@@ -65,6 +66,18 @@ ExecOptions exec_options(const ForwardOptions& options) {
           .compute = options.compute};
 }
 
+// An expert layer's router and experts (model/config.h).
+void check_expert_shapes(const ModelConfig& c, const LayerWeights& w, const std::string& p) {
+  expect_shape(w.ffn_gate_inp, {c.n_expert, c.d_model}, p + "ffn_gate_inp");
+  if (static_cast<int64_t>(w.experts.size()) != c.n_expert)
+    fail<FormatError>("weight {}ffn_*_exps holds {} experts, the config needs {}", p, w.experts.size(), c.n_expert);
+  for (const ExpertWeights& e : w.experts) {
+    expect_shape(e.w_gate, {c.d_ff_expert, c.d_model}, p + "ffn_gate_exps");
+    expect_shape(e.w_up, {c.d_ff_expert, c.d_model}, p + "ffn_up_exps");
+    expect_shape(e.w_down, {c.d_model, c.d_ff_expert}, p + "ffn_down_exps");
+  }
+}
+
 void check_rows(std::span<const int64_t> rows, int64_t seq, const char* what) {
   for (int64_t r : rows)
     if (r < 0 || r >= seq) fail<InputError>("{}: row {} outside the {} tokens", what, r, seq);
@@ -106,6 +119,10 @@ Forward::Forward(const ModelConfig& config, const ModelWeights& weights, Forward
     }
     expect_shape(w.wo, {c.d_model, q_dim}, p + "attn_output");
     expect_shape(w.ffn_norm, {c.d_model}, p + "ffn_norm");
+    if (c.expert_layer(l)) {
+      check_expert_shapes(c, w, p);
+      continue;
+    }
     expect_shape(w.w_gate, {c.d_ff, c.d_model}, p + "ffn_gate");
     expect_shape(w.w_up, {c.d_ff, c.d_model}, p + "ffn_up");
     expect_shape(w.w_down, {c.d_model, c.d_ff}, p + "ffn_down");
@@ -168,11 +185,17 @@ void Forward::embed(std::span<const int32_t> tokens) {
     weights_.token_embd.rows_f32(tokens[static_cast<size_t>(i)], 1, resid_.data() + i * d_model);
 }
 
-// resid_ += MLP(ffn_norm(resid_)).
+// resid_ += MLP(ffn_norm(resid_)): the dense MLP, or an expert layer's experts.
 void Forward::mlp_block(int64_t layer) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   rms_norm(ctx_, resid_, w.ffn_norm, static_cast<float>(config_.rms_eps), normed_);
-  gated_mlp(ctx_, normed_, w.w_gate, w.w_up, w.w_down, block_out_);
+  if (config_.expert_layer(layer)) {
+    std::vector<MoeExpert> experts;
+    for (const ExpertWeights& e : w.experts) experts.push_back({&e.w_gate, &e.w_up, &e.w_down});
+    moe_mlp(ctx_, normed_, w.ffn_gate_inp, experts, config_.n_expert_used, config_.norm_topk_prob, block_out_);
+  } else {
+    gated_mlp(ctx_, normed_, w.w_gate, w.w_up, w.w_down, block_out_);
+  }
   add_residual(layer);
 }
 

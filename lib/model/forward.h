@@ -2,8 +2,8 @@
 // The decoder forward pass of the families of model/family.h (docs/MODELS.md "Architectures"),
 // fp32, with recording and attention-mask intervention. A layer is: RMSNorm, q/k/v
 // projections (+ biases), per-head q/k RMSNorm (qwen3), RoPE over the rotary dims (longrope's
-// factors and scale for phi3), causal attention, o_proj, residual; RMSNorm, SiLU-gated MLP,
-// residual. It calls ops only, in one execution context
+// factors and scale for phi3), causal attention, o_proj, residual; RMSNorm, SiLU-gated MLP
+// (or a mixture of such experts: ops/moe.h), residual. It calls ops only, in one execution context
 // (ops/context.h) made from ForwardOptions when the Forward is built, and never branches on
 // the device. Only the CPU runs it: a CUDA device is refused at construction (the kernels
 // exist, but the pass's KV cache, recordings and masks are host-side and the device path has
