@@ -66,9 +66,10 @@ std::vector<std::string> family_features(const ModelConfig& c) {
   if (c.n_expert > 0) {
     int64_t dense = 0;
     for (int64_t l = 0; l < c.n_layer; ++l) dense += c.expert_layer(l) ? 0 : 1;
-    out.push_back(fmt::format("{} experts, {} per token (expert d_ff {}, top-k weights {}{})", c.n_expert,
-                              c.n_expert_used, c.d_ff_expert, c.norm_topk_prob ? "renormalised" : "as routed",
-                              dense > 0 ? fmt::format(", {} dense layers", dense) : ""));
+    out.push_back(fmt::format("{} experts of d_ff {}", c.n_expert, c.d_ff_expert));
+    out.push_back(fmt::format("{} experts per token", c.n_expert_used));
+    out.emplace_back(c.norm_topk_prob ? "top-k weights renormalised" : "top-k weights as routed");
+    if (dense > 0) out.push_back(fmt::format("{} dense layers", dense));
   }
   return out;
 }

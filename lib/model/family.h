@@ -51,7 +51,8 @@ const Family& family_for_gguf(const std::string& arch, const std::string& source
 
 // The graph features a config turns on, in words, for `ckv info`: "q/k norm", "fused qkv",
 // "fused gate/up", "qkv bias", "partial rotary 12 of 16 dims", "longrope (...)", "sliding
-// window N (longer passes refused)", "128 experts, 8 per token (...)". Empty for a plain llama.
+// window N (longer passes refused)", "128 experts of d_ff 768", "8 experts per token", "top-k
+// weights renormalised", "N dense layers". Empty for a plain llama.
 std::vector<std::string> family_features(const ModelConfig& c);
 
 // The families' definitions (one family_<name>.cpp each).
