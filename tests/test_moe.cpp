@@ -5,9 +5,14 @@
 // tiny_qwen3moe_sparse, tiny_mixtral and their GGUF copies).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +20,7 @@
 #include "core/error.h"
 #include "model/config.h"
 #include "model/family.h"
+#include "model/model.h"
 #include "ops/moe.h"
 #include "random_blocks.h"
 
@@ -208,5 +214,81 @@ TEST(MoeConfig, MixtralIsLlamaWithExperts) {
   for (int64_t l = 0; l < 4; ++l) EXPECT_TRUE(c.expert_layer(l)) << l;
 }
 
+
+namespace moe_files {
+
+namespace fs = std::filesystem;
+const fs::path kModels = fs::path(CKV_TEST_DATA_DIR) / "models";
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// tiny_qwen3moe.gguf with the uint32 value of metadata `key` replaced, written to `out`.
+fs::path with_u32(const std::string& key, uint32_t value, const fs::path& out) {
+  std::string b = read_bytes(kModels / "tiny_qwen3moe.gguf");
+  const size_t at = b.find(key);
+  EXPECT_NE(at, std::string::npos) << key;
+  const size_t type_at = at + key.size();
+  EXPECT_EQ(b[type_at], 4) << key << " is not a uint32 (GGUF type 4)";
+  std::memcpy(b.data() + type_at + 4, &value, 4);
+  std::ofstream(out, std::ios::binary) << b;
+  return out;
+}
+
+template <typename E>
+void expect_load_refused(const fs::path& p, const std::string& needle) {
+  try {
+    load_model(p);
+    ADD_FAILURE() << "loaded " << p;
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(MoeFiles, BothFormatsLoadTheSameExperts) {
+  const Model hf = load_model(kModels / "tiny_qwen3moe");
+  const Model gguf = load_model(kModels / "tiny_qwen3moe.gguf");
+  ASSERT_EQ(hf.weights.layers.size(), 2u);
+  for (size_t l = 0; l < 2; ++l) {
+    const LayerWeights& a = hf.weights.layers[l];
+    const LayerWeights& b = gguf.weights.layers[l];
+    ASSERT_EQ(a.experts.size(), 8u);
+    ASSERT_EQ(b.experts.size(), 8u);
+    EXPECT_TRUE(a.w_gate.empty() && b.w_gate.empty()) << "an expert layer has no dense MLP";
+    // The GGUF's F32 stacked tensor of each layer (blk.0 ffn_down_exps, blk.1 ffn_gate_exps)
+    // holds the bf16 values of the safetensors file exactly; each expert is a row view.
+    for (size_t e = 0; e < 8; ++e) {
+      const WeightMatrix& x = l == 0 ? a.experts[e].w_down : a.experts[e].w_gate;
+      const WeightMatrix& y = l == 0 ? b.experts[e].w_down : b.experts[e].w_gate;
+      EXPECT_EQ(y.dtype(), DType::F32);
+      const Tensor xf = x.to_f32(), yf = y.to_f32();
+      ASSERT_EQ(xf.shape(), yf.shape());
+      EXPECT_TRUE(std::equal(xf.span().begin(), xf.span().end(), yf.span().begin())) << "layer " << l << " expert " << e;
+    }
+    EXPECT_EQ(b.experts[0].w_gate.dtype(), l == 0 ? DType::Q8_0 : DType::F32);  // stored dtype kept
+  }
+  // Stacked: expert e's rows follow expert e-1's in the mapped file.
+  const WeightMatrix& e0 = gguf.weights.layers[0].experts[0].w_up;
+  const WeightMatrix& e1 = gguf.weights.layers[0].experts[1].w_up;
+  EXPECT_EQ(e1.row(0), e0.row(0) + e0.stored_bytes());
+}
+
+TEST(MoeFiles, HostileExpertMetadataIsRefusedBeforeAnyTensorIsRead) {
+  const fs::path dir = fs::temp_directory_path() / ("ckv_moe_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  expect_load_refused<FormatError>(with_u32("qwen3moe.expert_used_count", 9, dir / "used.gguf"),
+                                   "invalid config: 9 experts per token of 8");
+  expect_load_refused<FormatError>(with_u32("qwen3moe.expert_count", 7, dir / "count.gguf"),
+                                   "tensor 'blk.0.ffn_gate_inp.weight' has shape [8, 64], expected [7, 64]");
+  expect_load_refused<FormatError>(with_u32("qwen3moe.expert_count", 1u << 30, dir / "huge.gguf"),
+                                   "invalid config: n_expert = 1073741824");
+  expect_load_refused<FormatError>(with_u32("qwen3moe.expert_feed_forward_length", 48, dir / "ff.gguf"),
+                                   "tensor 'blk.0.ffn_gate_exps.weight' has shape [8, 32, 64], expected [8, 48, 64]");
+  fs::remove_all(dir);
+}
+
+}  // namespace moe_files
 }  // namespace
 }  // namespace ckv
