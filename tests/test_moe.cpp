@@ -176,6 +176,13 @@ TEST(MoeConfig, Qwen3MoeExpertLayersFollowSparseStepAndMlpOnlyLayers) {
   const std::vector<std::string> sparse = family_features(c);
   EXPECT_EQ(std::vector<std::string>(sparse.end() - 2, sparse.end()),
             (std::vector<std::string>{"top-k weights as routed", "3 dense layers"}));
+  // transformers 5 writes Qwen3MoeConfig's num_experts as num_local_experts.
+  nlohmann::json local = qwen3moe_config();
+  local.erase("num_experts");
+  local["num_local_experts"] = 6;
+  EXPECT_EQ(read(local).n_expert, 6);
+  local["num_experts"] = 5;
+  expect_refused<FormatError>(local, "num_experts 5 and num_local_experts 6 differ");
   j["num_experts"] = 0;  // HF: every layer dense
   c = read(j);
   for (int64_t l = 0; l < 4; ++l) EXPECT_FALSE(c.expert_layer(l)) << l;
@@ -204,10 +211,11 @@ TEST(MoeConfig, Qwen3MoeRefusals) {
 TEST(MoeConfig, MixtralIsLlamaWithExperts) {
   nlohmann::json j = qwen3moe_config();
   j["model_type"] = "mixtral";
+  j.erase("num_experts");
   j["num_local_experts"] = 8;
   const ModelConfig c = read(j);
   EXPECT_EQ(c.arch, Architecture::Llama);
-  EXPECT_EQ(c.n_expert, 8);            // num_local_experts; num_experts is Qwen's key
+  EXPECT_EQ(c.n_expert, 8);
   EXPECT_EQ(c.d_ff_expert, c.d_ff);    // Mixtral's experts have intermediate_size
   EXPECT_TRUE(c.norm_topk_prob);       // HF Mixtral always renormalises
   EXPECT_TRUE(c.hf_mixtral_expert_names);

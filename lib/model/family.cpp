@@ -151,6 +151,15 @@ void refuse_attention_bias(const nlohmann::json& j, const std::string& source,
                            family);
 }
 
+int64_t expert_count_field(const nlohmann::json& j, const std::string& source, int64_t fallback) {
+  const bool has_a = field(j, "num_experts") != nullptr, has_b = field(j, "num_local_experts") != nullptr;
+  const int64_t a = int_field(j, "num_experts", source, fallback);
+  const int64_t b = int_field(j, "num_local_experts", source, fallback);
+  if (has_a && has_b && a != b)
+    fail<FormatError>("{}: num_experts {} and num_local_experts {} differ (one attribute in HF)", source, a, b);
+  return has_a ? a : b;
+}
+
 void read_gguf_experts(const GgufFile& gguf, ModelConfig& c) {
   const std::string source = gguf.path().string();
   auto key = [&](std::string_view suffix) { return fmt::format("{}.{}", c.arch_name, suffix); };

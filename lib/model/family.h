@@ -85,6 +85,10 @@ void refuse_short_gguf_window(const GgufFile& gguf, ModelConfig& c);
 // Refuses HF `attention_bias: true` where it also biases o_proj (llama, qwen3).
 void refuse_attention_bias(const nlohmann::json& j, const std::string& source,
                            std::string_view family);
+// HF's expert count: `num_experts` or `num_local_experts`, the same attribute of Qwen3MoeConfig
+// and MixtralConfig under either name (transformers 5 writes num_local_experts for both);
+// `fallback` when absent, FormatError when both are given and differ.
+int64_t expert_count_field(const nlohmann::json& j, const std::string& source, int64_t fallback);
 // The experts of a GGUF (`{arch}.expert_count`, `expert_used_count`,
 // `expert_feed_forward_length`, else d_ff; `expert_weights_norm`, else renormalised as
 // llama.cpp's llama and qwen3moe graphs do); none when expert_count is absent or 0. Refuses

@@ -26,7 +26,7 @@ void read_hf(const nlohmann::json& j, const std::string& source, ModelConfig& c)
     c.sliding_window = it->get<int64_t>();
   }
   if (c.arch_name == "mixtral") {  // MixtralConfig's defaults where the file has none
-    c.n_expert = int_field(j, "num_local_experts", source, 8);
+    c.n_expert = expert_count_field(j, source, 8);
     c.n_expert_used = int_field(j, "num_experts_per_tok", source, 2);
     c.d_ff_expert = c.d_ff;
     c.norm_topk_prob = true;

@@ -21,7 +21,7 @@ void read_hf(const nlohmann::json& j, const std::string& source, ModelConfig& c)
   if (int_field(j, "shared_expert_intermediate_size", source, 0) != 0)
     fail<UnsupportedError>("{}: shared experts (shared_expert_intermediate_size) are not supported", source);
   // Qwen3MoeConfig's defaults where the file has none.
-  c.n_expert = int_field(j, "num_experts", source, 128);
+  c.n_expert = expert_count_field(j, source, 128);
   c.n_expert_used = c.n_expert == 0 ? 0 : int_field(j, "num_experts_per_tok", source, 8);
   c.d_ff_expert = int_field(j, "moe_intermediate_size", source, 768);
   c.norm_topk_prob = bool_field(j, "norm_topk_prob", source, false);
