@@ -43,6 +43,8 @@ TEST(MoeRoute, SoftmaxTopKAndRenormalisation) {
   EXPECT_NEAR(norm.weight[3], 0.5, 1e-7);
   EXPECT_THROW(moe_route(logits, 0, true), InputError);
   EXPECT_THROW(moe_route(logits, 5, true), InputError);
+  EXPECT_THROW(moe_route(Tensor({1, 3}, {0, INFINITY, 1}), 1, true), FormatError);
+  EXPECT_THROW(moe_route(Tensor({1, 3}, {0, NAN, 1}), 1, true), FormatError);
 }
 
 struct TinyMoe {

@@ -24,6 +24,10 @@ MoeRouting moe_route(const Tensor& logits, int64_t n_used, bool normalize) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* z = logits.data() + r * n_expert;
     const float top = *std::max_element(z, z + n_expert);
+    // A NaN or infinite logit (weights that overflow) has no softmax and no order to sort by.
+    for (int64_t e = 0; e < n_expert; ++e)
+      if (!std::isfinite(z[e]))
+        fail<FormatError>("moe_route: router logit {} of expert {} at row {} is not finite", z[e], e, r);
     float sum = 0;
     for (int64_t e = 0; e < n_expert; ++e) sum += prob[static_cast<size_t>(e)] = std::exp(z[e] - top);
     for (float& p : prob) p /= sum;

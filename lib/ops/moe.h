@@ -34,7 +34,8 @@ struct MoeRouting {
 
 // logits: [rows, n_expert] router logits -> each row's softmax (float32), its n_used largest
 // probabilities, divided by their sum when `normalize` (as HF's Qwen3MoeSparseMoeBlock and
-// MixtralSparseMoeBlock do). Throws InputError for n_used outside [1, n_expert].
+// MixtralSparseMoeBlock do). Throws InputError for n_used outside [1, n_expert], FormatError
+// for a logit that is not finite.
 MoeRouting moe_route(const Tensor& logits, int64_t n_used, bool normalize);
 
 // x: [rows, d_model]; router: [n_expert, d_model] in its stored dtype; experts: [n_expert];
