@@ -3,7 +3,6 @@
 // (analysis/cache_eval.h), each decoded greedily and scored as the record's task defines
 // (data/answer_score.h); HDF5 + CSV + JSON (output/eval_schema.h) with shards, --resume and
 // `ckv merge`; a console table of accuracy per method x budget (the paper's Figure 2).
-#include <cctype>
 #include <filesystem>
 #include <optional>
 
@@ -91,15 +90,6 @@ nlohmann::json settings_json(const EvalOptions& o, const CacheEvalSettings& s) {
           {"chat", o.chat},            {"answer_space", !o.no_answer_space}};
 }
 
-// The reference answer teacher-forced for log p: the record's "answer", else its first
-// reference; a space before it unless it starts with one (the answer follows "Answer:").
-std::vector<int32_t> answer_ids(const InputRecord& r, const Tokenizer& tok, bool space) {
-  std::string text = r.answer.value_or(r.answers.empty() ? std::string() : r.answers.front());
-  if (text.empty()) return {};
-  if (space && !std::isspace(static_cast<unsigned char>(text.front()))) text = " " + text;
-  return tok.encode(text, false);
-}
-
 void print_record(const EvalRecord& r) {
   const auto scored = [&](size_t k) {
     return k < r.scores.size() && r.scores[k] ? fmt::format(" score {:.2f}", r.scores[k]->score) : std::string();
@@ -159,7 +149,7 @@ void run_eval(const EvalOptions& o, const GlobalOptions& g) {
       rec.prompt = p.tokens;
       rec.prompt_text = token_texts(model.tokenizer.get(), p.tokens);
       rec.decoded_text = [&](const std::vector<int32_t>& ids) { return token_texts(model.tokenizer.get(), ids); };
-      rec.answer_ids = answer_ids(r, *model.tokenizer, !o.no_answer_space);
+      rec.answer_ids = answer_token_ids(r, *model.tokenizer, !o.no_answer_space);
       rec.result = evaluate_with_cache(fwd, model,
                                        {.id = r.id, .prompt = p.tokens, .context_end = p.context_end,
                                         .answer_ids = rec.answer_ids},

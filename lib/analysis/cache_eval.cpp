@@ -331,7 +331,8 @@ CacheEvalResult evaluate_with_cache(Forward& fwd, const Model& model, const Cach
       std::iota(layers.begin(), layers.end(), 0);
       std::iota(heads.begin(), heads.end(), 0);
       Planned p{.method = m, .fraction = std::numeric_limits<double>::quiet_NaN(), .budget = 0,
-                .plan = plan_from_selection_file(s.selection_file, c, n, layers, heads, cf.n_layer, cf.n_kv_head)};
+                .plan = plan_from_selection_file(s.selection_file, c, n, layers, heads, cf.n_layer, cf.n_kv_head),
+                .stage1 = {}};
       p.budget = Budget(c - p.plan.total_evicted() / (cf.n_layer * cf.n_kv_head));
       plans.push_back(std::move(p));
       continue;
@@ -339,7 +340,8 @@ CacheEvalResult evaluate_with_cache(Forward& fwd, const Model& model, const Cach
     for (double f : s.budgets) {
       const Budget b = budget_of_fraction(c, f);
       if (b.kept >= c) fail<InputError>("{}: budget {} keeps all {} evictable entries", who, f, c);
-      plans.push_back({.method = m, .fraction = f, .budget = b, .plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, c, n)});
+      plans.push_back({.method = m, .fraction = f, .budget = b, .plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, c, n),
+                       .stage1 = {}});
     }
   }
 
@@ -478,12 +480,12 @@ CacheEvalResult evaluate_with_cache(Forward& fwd, const Model& model, const Cach
     // probe at every step (and below over each compressed cache).
     if (!result.step_tokens.empty()) {
       StepProbe step_probe(model, plans, c, n, static_cast<int64_t>(result.step_tokens.size()), pool);
-      CachedRequest req = forced_steps;
-      req.before_attention = [&](int64_t layer, const Tensor& q, const Tensor&, const Tensor&, KvCache& kv) {
+      CachedRequest step_req = forced_steps;
+      step_req.before_attention = [&](int64_t layer, const Tensor& q, const Tensor&, const Tensor&, KvCache& kv) {
         step_probe.measure(layer, q, kv);
       };
       cache.truncate(n);
-      full_steps = fwd.run_cached(result.step_tokens, cache, req);
+      full_steps = fwd.run_cached(result.step_tokens, cache, step_req);
       for (size_t p = 0; p < plans.size(); ++p) {
         CacheEvalRun& run = result.runs[p];
         run.step_l1 = std::move(step_probe.l1[p]);
