@@ -25,7 +25,9 @@ import h5py
 import numpy as np
 
 IGNORED = {"created", "merged_at", "git_commit"}
-DURATION = [(re.compile(rb"\d+(\.\d+)? s\b"), b"<T> s"), (re.compile(rb"\d+(\.\d+)? tokens/s"), b"<R> tokens/s")]
+DURATION = [(re.compile(rb"\d+(\.\d+)? s\b"), b"<T> s"), (re.compile(rb"\d+(\.\d+)? tokens/s"), b"<R> tokens/s"),
+            (re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"), b"<TIME>"),
+            (re.compile(rb"^git_commit +\S+$", re.M), b"git_commit <COMMIT>")]
 
 differences: list[str] = []
 added_settings: set[str] = set()
@@ -62,15 +64,26 @@ def compare_json(where: str, a, b) -> None:
     elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         for i, (x, y) in enumerate(zip(a, b)):
             compare_json(f"{where}[{i}]", x, y)
+    elif isinstance(a, str) and isinstance(b, str) and a != b and embedded_json(a) is not None:
+        compare_json(where, embedded_json(a), embedded_json(b))  # provenance lists stored as JSON text
     elif a != b and not (isinstance(a, float) and isinstance(b, float) and np.isnan(a) and np.isnan(b)):
         differ(where, f"{a!r} != {b!r}")
+
+
+def embedded_json(text: str):
+    if not text.startswith(("[", "{")):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def attr_value(v):
     if isinstance(v, bytes):
         return v.decode()
     if isinstance(v, np.ndarray):
-        return v.tolist()
+        return [attr_value(x) for x in v.tolist()] if v.dtype.kind == "O" else v.tolist()
     return v
 
 
@@ -84,11 +97,11 @@ def compare_attrs(where: str, a: h5py.AttributeManager, b: h5py.AttributeManager
         x, y = attr_value(a[k]), attr_value(b[k])
         if k == "settings":
             compare_settings(f"{where}@settings", json.loads(x), json.loads(y))
-        elif isinstance(x, list) and isinstance(y, list):
+        elif isinstance(x, list) and isinstance(y, list) and np.asarray(a[k]).dtype.kind != "O":
             if np.asarray(a[k]).tobytes() != np.asarray(b[k]).tobytes():
                 differ(where, f"attribute {k!r} {x!r} != {y!r}")
-        elif x != y and not (isinstance(x, float) and np.isnan(x) and np.isnan(y)):
-            differ(where, f"attribute {k!r} {x!r} != {y!r}")
+        else:
+            compare_json(f"{where}@{k}", x, y)
 
 
 def compare_h5(where: str, a: Path, b: Path) -> None:

@@ -145,6 +145,41 @@ void info_output(const std::string& path, const h5::File& f, const OutputSummary
     fmt::print("  {:<22} {:>6} datasets  {:>10}  (raw {})\n", kind, s.datasets, human(s.bytes), human(s.raw_bytes));
 }
 
+// The text form of `ckv info DUMP.h5`: the JSON form `j`, line by line.
+void print_dump_text(const std::string& path, const nlohmann::ordered_json& j,
+                     const std::map<std::string, KindSize>& sizes) {
+  fmt::print("dump          {} ({}, schema {})\n", path, human(j.at("size_bytes").get<int64_t>()),
+             j.at("schema_version").get<int64_t>());
+  for (const auto& [key, value] : j.at("provenance").items())
+    fmt::print("{:<13} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  if (j.contains("resumed")) fmt::print("{:<13} {} time(s)\n", "resumed", j.at("resumed").size());
+  const auto& mj = j.at("model");
+  fmt::print("model         {}: {} layers, {} heads / {} KV, d_head {}, d_model {}, vocab {}\n",
+             mj["arch"].get<std::string>(), mj["n_layer"].get<int64_t>(), mj["n_head"].get<int64_t>(),
+             mj["n_kv_head"].get<int64_t>(), mj["d_head"].get<int64_t>(), mj["d_model"].get<int64_t>(),
+             mj["vocab"].get<int64_t>());
+  const auto& st = j.at("settings");
+  fmt::print("recorded      {}; {} layers; heads {}; attn rows {} (window {}); compression {}\n",
+             st["what"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), st["layers"].size(),
+             st["heads"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), st["attn_rows"].get<std::string>(),
+             st["window"].get<int64_t>(), st["compression"].get<int64_t>());
+  const auto incomplete = j.at("records").at("incomplete").get<std::vector<std::string>>();
+  fmt::print("records       {} ({} complete{}), tokens min {} / median {} / max {}\n",
+             j.at("records").at("count").get<size_t>(), j.at("records").at("complete").get<size_t>(),
+             incomplete.empty() ? "" : fmt::format(", incomplete: {}", fmt::join(incomplete, " ")),
+             j.at("records").at("tokens_min").get<int64_t>(), j.at("records").at("tokens_median").get<int64_t>(),
+             j.at("records").at("tokens_max").get<int64_t>());
+  const auto& shapes = j.at("shapes");
+  if (!shapes.empty()) {
+    fmt::print("shapes (record \"{}\"):\n", shapes.at("example_record").get<std::string>());
+    for (const auto& [name, text] : shapes.items())
+      if (name != "example_record") fmt::print("  {:<22} {}\n", name, text.get<std::string>());
+  }
+  fmt::print("size per tensor kind:\n");
+  for (const auto& [kind, s] : sizes)
+    fmt::print("  {:<22} {:>6} datasets  {:>10}  (raw {})\n", kind, s.datasets, human(s.bytes), human(s.raw_bytes));
+}
+
 }  // namespace
 
 void info_dump(const std::string& path, bool json) {
@@ -208,34 +243,7 @@ void info_dump(const std::string& path, bool json) {
     return;
   }
 
-  fmt::print("dump          {} ({}, schema {})\n", path, human(j["size_bytes"].get<int64_t>()),
-             j["schema_version"].get<int64_t>());
-  for (const auto& [key, value] : prov.items())
-    fmt::print("{:<13} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  if (j.contains("resumed")) fmt::print("{:<13} {} time(s)\n", "resumed", j["resumed"].size());
-  const auto& mj = j["model"];
-  fmt::print("model         {}: {} layers, {} heads / {} KV, d_head {}, d_model {}, vocab {}\n",
-             mj["arch"].get<std::string>(), mj["n_layer"].get<int64_t>(), mj["n_head"].get<int64_t>(),
-             mj["n_kv_head"].get<int64_t>(), mj["d_head"].get<int64_t>(), mj["d_model"].get<int64_t>(),
-             mj["vocab"].get<int64_t>());
-  const auto& st = j["settings"];
-  fmt::print("recorded      {}; {} layers; heads {}; attn rows {} (window {}); compression {}\n",
-             st["what"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), st["layers"].size(),
-             st["heads"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), st["attn_rows"].get<std::string>(),
-             st["window"].get<int64_t>(), st["compression"].get<int64_t>());
-  fmt::print("records       {} ({} complete{}), tokens min {} / median {} / max {}\n", ids.size(),
-             ids.size() - incomplete.size(),
-             incomplete.empty() ? "" : fmt::format(", incomplete: {}", fmt::join(incomplete, " ")),
-             j["records"]["tokens_min"].get<int64_t>(), j["records"]["tokens_median"].get<int64_t>(),
-             j["records"]["tokens_max"].get<int64_t>());
-  if (!shapes.empty()) {
-    fmt::print("shapes (record \"{}\"):\n", shapes["example_record"].get<std::string>());
-    for (const auto& [name, text] : shapes.items())
-      if (name != "example_record") fmt::print("  {:<22} {}\n", name, text.get<std::string>());
-  }
-  fmt::print("size per tensor kind:\n");
-  for (const auto& [kind, s] : sizes)
-    fmt::print("  {:<22} {:>6} datasets  {:>10}  (raw {})\n", kind, s.datasets, human(s.bytes), human(s.raw_bytes));
+  print_dump_text(path, j, sizes);
 }
 
 }  // namespace ckv::app

@@ -10,9 +10,9 @@ namespace ckv::app {
 
 void add_prompt_options(CLI::App& cmd, PromptOptions& o) {
   auto* prompt = cmd.add_option("-p,--prompt", o.prompt, "Prompt text");
-  auto* file = cmd.add_option("--prompt-file", o.prompt_file, "Read the prompt text from a file");
+  auto* file = cmd.add_option("--prompt-file", o.prompt_file, "Path of a file holding the prompt text");
   auto* tokens = cmd.add_option("--tokens", o.tokens_file,
-                                "Token ids (whitespace/comma separated, or a JSON array); "
+                                "Path of a file of token ids (whitespace/comma separated, or a JSON array); "
                                 "bypasses the tokenizer");
   prompt->excludes(file)->excludes(tokens);
   file->excludes(tokens);

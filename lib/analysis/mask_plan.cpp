@@ -20,7 +20,7 @@ int64_t parse_position(std::string_view s, std::string_view option, std::string_
   int64_t v = 0;
   const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || p != s.data() + s.size() || v < 0)
-    fail<InputError>("{}: '{}' is not a position or a start-end range", option, item);
+    fail<UsageError>("{}: '{}' is not a position or a start-end range", option, item);
   return v;
 }
 
@@ -86,7 +86,7 @@ std::vector<SpanRange> parse_spans(std::string_view text, std::string_view optio
     const size_t comma = std::min(text.find(',', pos), text.size());
     const std::string_view item = trim(text.substr(pos, comma - pos));
     pos = comma + 1;
-    if (item.empty()) fail<InputError>("{}: empty item in '{}'", option, text);
+    if (item.empty()) fail<UsageError>("{}: empty item in '{}'", option, text);
     const size_t dash = item.find('-');
     SpanRange r;
     if (dash == std::string_view::npos) {
@@ -96,7 +96,7 @@ std::vector<SpanRange> parse_spans(std::string_view text, std::string_view optio
       r.start = parse_position(trim(item.substr(0, dash)), option, item);
       r.end = parse_position(trim(item.substr(dash + 1)), option, item);
       if (r.end <= r.start)
-        fail<InputError>("{}: span '{}' is empty (start-end is half-open: end must exceed start)",
+        fail<UsageError>("{}: span '{}' is empty (start-end is half-open: end must exceed start)",
                          option, item);
     }
     spans.push_back(r);
