@@ -232,8 +232,14 @@ class BoundRun {
     rj_.load(o_.dump.empty());
     const ModelConfig& cf = rj_.model().config;
     layers_ = parse_index_list(o_.layers, cf.n_layer, "--layers");
-    for (const AnalysisBlock& b : blocks_)
-      files_.push_back(read_layer_selection_file(b.selection_file, cf.n_layer, cf.n_kv_head));
+    for (const AnalysisBlock& b : blocks_) {
+      bool old_format = false;
+      files_.push_back(read_layer_selection_file(b.selection_file, cf.n_layer, cf.n_kv_head, &old_format));
+      if (old_format && !g_.quiet)
+        fmt::print(stderr, "ckv: note: {}: the old selection format {{\"<layer>\": [[...]]}} is read for now; the one "
+                   "format of bound, mask and eval is {{\"format\": \"ckv.selection\", \"format_version\": 1, "
+                   "\"layers\": {{\"<layer>\": {{\"kept\": [[...]]}}}}}} (docs/MASK.md)\n", b.selection_file);
+    }
     const int64_t skipped = rj_.guarded([&] {
       const int64_t s = o_.dump.empty() ? run_model() : run_dump();
       if (rj_.shard().is_whole() && rj_.written_count() + s == 0)
