@@ -164,7 +164,6 @@ TEST(FlagTexts, HelpHasNoFormattingArtefacts) {
       EXPECT_EQ(r.output.find(artefact), std::string::npos) << artefact << " in:\n" << r.output;
   }
   EXPECT_NE(run_ckv("forward --help").output.find("Path of a file of token ids"), std::string::npos);
-  EXPECT_EQ(run_ckv("merge --help").output.find("--device"), std::string::npos);
 }
 
 TEST(FlagTexts, SelectionFlagsAreTheSameOnEverySubcommand) {

@@ -57,11 +57,12 @@ std::string RecordJob::input_file() const {
 }
 
 std::string RecordJob::input_sha256() const {
+  if (!input_.jsonl.empty()) return sha256_file(input_.jsonl);
+  // A prompt or token file is read as the prompt is (one line for a FIFO or a directory);
+  // the hash of its bytes is sha256_file's.
   const std::string file = input_file();
-  const bool extras = !input_.question.empty() || !input_.answer.empty();
-  if (!file.empty() && (!input_.jsonl.empty() || !extras)) return sha256_file(file);
   const std::string text = file.empty() ? input_.prompt.prompt : read_text_file(file);
-  if (!extras) return text.empty() ? "" : sha256_hex(text);
+  if (input_.question.empty() && input_.answer.empty()) return text.empty() ? "" : sha256_hex(text);
   return sha256_hex(text + "\n" + input_.question + "\n" + input_.answer);
 }
 

@@ -10,7 +10,7 @@
 //      subcommand's analysis, counting what was written and passed over;
 //   5. on failure removes a file it created that holds no record (nothing to resume); on
 //      success the subcommand closes its file and writes its summaries into the other
-//      outputs' partial paths, and commit() commits them all, the first last but one.
+//      outputs' partial paths, and commit() commits them all, in order.
 // The subcommand keeps what is particular to it: its flags, its record's analysis and its
 // summary.
 #include <cstdint>
@@ -68,8 +68,8 @@ class RecordJob {
   RecordJob(const GlobalOptions& g, const JobFlags& flags, const JobInput& input, std::vector<std::filesystem::path> outputs);
 
   // Step 2. `run_model`: build the forward pass (a job that only reads a dump does not; its
-  // provenance names the CPU). `input_file`/`input_sha256`/`input_records`: defaults are the
-  // JSONL batch or the prompt (input_sha256()).
+  // provenance names the CPU). describe_input: the input's provenance, by default the JSONL
+  // batch or the prompt (input_file(), input_sha256(), its record count).
   void load(bool run_model = true);
   void describe_input(const std::string& file, const std::string& sha256, int64_t records);
   void describe_input();
