@@ -54,21 +54,4 @@ std::vector<int32_t> prompt_tokens(const PromptOptions& o, const Model& model,
   return ids;
 }
 
-int64_t for_each_input_record(const std::string& path, const Shard& shard, const std::set<std::string>& done,
-                              const Tokenizer& tokenizer, bool chat,
-                              const std::function<void(const InputRecord&, RecordPrompt&)>& each) {
-  int64_t skipped = 0;
-  RecordReader reader(path);  // refuses an id used twice, in any shard
-  while (std::optional<InputRecord> r = reader.next()) {
-    if (!shard.contains(r->index)) continue;
-    if (done.count(r->id)) {
-      ++skipped;
-      continue;
-    }
-    RecordPrompt p = tokenize_record(*r, tokenizer, chat);
-    each(*r, p);
-  }
-  return skipped;
-}
-
 }  // namespace ckv::app

@@ -91,12 +91,20 @@ int64_t RecordJob::for_each_record(const std::set<std::string>& done, const std:
     return 0;
   }
   if (!model_->tokenizer) fail<InputError>("{}: --input needs a model with a tokenizer", model_->source.path.string());
-  return for_each_input_record(input_.jsonl, shard_, done, *model_->tokenizer, input_.prompt.chat,
-                               [&](const InputRecord& in, RecordPrompt& p) {
-                                 JobRecord r{.id = in.id, .index = in.index, .input = &in, .prompt = std::move(p),
-                                             .answer = in.answer};
-                                 each(r);
-                               });
+  // In input order; the reader refuses an id used twice, in any shard (naming the line).
+  int64_t skipped = 0;
+  RecordReader reader(input_.jsonl);
+  while (std::optional<InputRecord> in = reader.next()) {
+    if (!shard_.contains(in->index)) continue;
+    if (done.count(in->id)) {
+      ++skipped;
+      continue;
+    }
+    JobRecord r{.id = in->id, .index = in->index, .input = &*in,
+                .prompt = tokenize_record(*in, *model_->tokenizer, input_.prompt.chat), .answer = in->answer};
+    each(r);
+  }
+  return skipped;
 }
 
 void RecordJob::remove_if_empty(const std::function<void()>& release) {
