@@ -141,7 +141,8 @@ FIXTURES = {
     "ctx.txt": _FACTS * 4,
     "ids.txt": "504 3458 282 4649 314 260 1441 30\n",
     # one list of kept positions per KV head of the default model (3), for layer 0
-    "sel.json": json.dumps({"0": [list(range(0, 40)), list(range(10, 50)), list(range(20, 60))]}) + "\n",
+    "sel.json": json.dumps({"format": "ckv.selection", "format_version": 1, "layers": {
+        "0": {"kept": [list(range(0, 40)), list(range(10, 50)), list(range(20, 60))]}}}) + "\n",
     # DuoAttention's layout: one line per layer, one score per KV head (30 x 3)
     "full_attention_heads.tsv": "".join("\t".join(f"{((l * 3 + g) % 7) / 6:.3f}" for g in range(3)) + "\n"
                                         for l in range(30)),

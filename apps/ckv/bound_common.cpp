@@ -4,7 +4,6 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -13,18 +12,12 @@
 
 #include "analysis/layer_allocation.h"
 #include "analysis/mask_plan.h"
+#include "analysis/perturbation.h"
 #include "analysis/value_norms.h"
 #include "bound_report.h"
-#include "core/atomic_file.h"
 #include "core/error.h"
-#include "core/sha256.h"
-#include "core/shard.h"
 #include "core/thread_pool.h"
-#include "output/batch_output.h"
 #include "output/dump_schema.h"
-#include "data/records.h"
-#include "model/forward.h"
-#include "model/model.h"
 #include "model/rope_freq.h"
 
 namespace ckv::app {
@@ -44,20 +37,6 @@ constexpr const char* kBuiltinContext =
     "repairs nets in the evenings. The lighthouse on the southern cape was painted green in "
     "1931 and has been green ever since. ";
 constexpr const char* kBuiltinQuestion = "Question: What colour is the lighthouse? Answer:";
-
-std::vector<double> parse_fractions(const std::string& spec) {
-  std::vector<double> out;
-  std::stringstream ss(spec);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(parse_budget_fraction(item, "--budgets"));
-  if (out.empty()) fail<UsageError>("--budgets: no budget given");
-  return out;
-}
-
-struct RecordInput {
-  std::string id;
-  std::vector<int32_t> tokens;
-  int64_t c = 0;
-};
 
 // A selection file's positions against a record's context [0, c).
 void check_selection(const std::string& path, int64_t layer, const std::vector<std::vector<int64_t>>& heads,
@@ -163,6 +142,7 @@ class AnalysisRecorder : public Recorder {
 };
 
 // A record of a prompt of n tokens whose context ends at context_end, under the protocol
+// A record of a prompt of n tokens whose context ends at context_end, under the protocol
 // (docs/BOUND.md "Protocol"): with --compress prompt the whole prompt is evictable (c = n),
 // else the context; with --eval first-decode the greedy next token `decoded` (>= 0) is
 // appended at position n and is the only evaluation query.
@@ -176,16 +156,35 @@ BoundRecord prepare(const AnalysisOptions& o, const std::string& id, int64_t n, 
   rec.eval_token = decoded;
   const int64_t c = rec.c;
   const std::string name = fmt::format("record \"{}\"", id);
-  if (o.params.window >= c)
-    fail<InputError>("{}: --window {} is not shorter than the context of {} tokens", name, o.params.window, c);
-  rec.budgets = resolve_budgets(o, c, name);
-  if (o.keep <= 0)
-    for (double f : parse_fractions(o.budgets)) rec.keep_shares.push_back(budget_of_fraction(c, f).keep_share);
+  if (o.selection.params.window >= c)
+    fail<InputError>("{}: --window {} is not shorter than the context of {} tokens", name, o.selection.params.window, c);
+  if (o.fractions.empty()) {
+    if (o.keep > c) fail<InputError>("{}: --keep {} is larger than the cache of {} evictable entries", name, o.keep, c);
+    rec.budgets = {o.keep};
+  }
+  for (double f : o.fractions) {
+    const Budget b = budget_of_fraction(c, f);
+    rec.budgets.push_back(b.kept);
+    rec.keep_shares.push_back(b.keep_share);
+  }
   if (o.eval == "first-decode") rec.eval_rows = {n};
   else if (o.eval == "last") rec.eval_rows = {n - 1};
   else rec.eval_rows = evaluation_rows(context_end, n);
-  for (int64_t b : rec.budgets) rec.below_window.push_back(b < o.params.window ? 1 : 0);
+  for (int64_t b : rec.budgets) rec.below_window.push_back(b < o.selection.params.window ? 1 : 0);
   return rec;
+}
+
+// Sorted layer indices as --layers writes them: "0-3,10".
+std::string index_ranges(std::vector<int64_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  std::string out;
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    out += fmt::format("{}{}", out.empty() ? "" : ",", j == i ? fmt::format("{}", ids[i]) : fmt::format("{}-{}", ids[i], ids[j]));
+    i = j + 1;
+  }
+  return out;
 }
 
 // The greedy next token after the prompt (--eval first-decode): argmax of the last row's
@@ -196,35 +195,234 @@ int32_t greedy_next_token(Forward& forward, const std::vector<int32_t>& tokens) 
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
+// The one prompt record (id "0"): the built-in example or a text with a question, tokenised
+// as a JSONL record is; else the prompt's tokens, the question starting at --context-end.
+JobRecord prompt_record(const AnalysisOptions& o, const Model& model) {
+  const PromptOptions& in = o.input.prompt;
+  const bool text = in.tokens_file.empty();
+  const bool builtin = text && in.prompt.empty() && in.prompt_file.empty();
+  JobRecord r;
+  r.id = "0";
+  if (text && (builtin || !o.input.question.empty())) {
+    if (!model.tokenizer) fail<InputError>("{}: text prompts need a model with a tokenizer", model.source.path.string());
+    InputRecord ir;
+    ir.id = "0";
+    ir.context = builtin ? kBuiltinContext : in.prompt_file.empty() ? in.prompt : read_text_file(in.prompt_file);
+    ir.question = builtin ? kBuiltinQuestion : o.input.question;
+    r.prompt = tokenize_record(ir, *model.tokenizer, in.chat);
+    return r;
+  }
+  r.prompt.tokens = prompt_tokens(in, model, kBuiltinContext);
+  const auto n = static_cast<int64_t>(r.prompt.tokens.size());
+  if (o.context_end == 0 || o.context_end > n)
+    fail<InputError>("--context-end {}: outside [1, {}] (the prompt's tokens)", o.context_end, n);
+  r.prompt.context_end = o.context_end > 0 ? o.context_end : n;
+  return r;
+}
+
+// A bound or check job: the records of a model run or of a dump into one bound file.
+class BoundRun {
+ public:
+  BoundRun(const AnalysisOptions& o, const GlobalOptions& g, const std::vector<AnalysisBlock>& blocks,
+           const BoundJob& job)
+      : o_(o), g_(g), blocks_(blocks), job_(job),
+        rj_(g, o.job, o.input, {o.out + ".h5", o.out + ".csv", o.out + ".json"}), pool_(g.resolved_threads()) {}
+
+  void run() {
+    rj_.load(o_.dump.empty());
+    const ModelConfig& cf = rj_.model().config;
+    layers_ = parse_index_list(o_.layers, cf.n_layer, "--layers");
+    for (const AnalysisBlock& b : blocks_) {
+      bool old_format = false;
+      files_.push_back(read_layer_selection_file(b.selection_file, cf.n_layer, cf.n_kv_head, &old_format));
+      if (old_format && !g_.quiet)
+        fmt::print(stderr, "ckv: note: {}: the old selection format {{\"<layer>\": [[...]]}} is read for now; the one "
+                   "format of bound, mask and eval is {{\"format\": \"ckv.selection\", \"format_version\": 1, "
+                   "\"layers\": {{\"<layer>\": {{\"kept\": [[...]]}}}}}} (docs/MASK.md)\n", b.selection_file);
+    }
+    const int64_t skipped = rj_.guarded([&] {
+      const int64_t s = o_.dump.empty() ? run_model() : run_dump();
+      if (rj_.shard().is_whole() && rj_.written_count() + s == 0)
+        fail<InputError>("{}: no record to analyse", job_.kind);
+      return s;
+    });
+    file_->close();
+    write_bound_summaries(rj_.partial(0), rj_.partial(1), rj_.partial(2), o_.out, job_.max_list, g_.quiet);
+    rj_.commit();
+    if (!g_.quiet)
+      fmt::print("\nwrote {0}.h5, {0}.csv, {0}.json: {1} records analysed, {2} already complete (shard {3})\n", o_.out,
+                 rj_.written_count(), skipped, rj_.shard().to_string());
+  }
+
+ private:
+  // Opens the outputs once the provenance is complete; returns the ids already complete.
+  std::set<std::string> open() {
+    rj_.open(kBoundSchema, kBoundSchemaVersion, job_.kind, job_.settings);
+    const Provenance& p = rj_.provenance();
+    file_.emplace(rj_.continuing() ? BoundFile::resume(rj_.partial(), p.command_line)
+                                   : BoundFile::create(rj_.partial(), p, job_.kind, job_.labels, job_.settings));
+    return file_->complete_records();
+  }
+
+  void write(const BoundRecord& rec) {
+    file_->write_record(rec);
+    rj_.written();
+    if (!g_.quiet)
+      fmt::print(stderr, "record \"{}\": {} tokens, context {}, {} evaluation queries{}\n", rec.id, rec.n,
+                 rec.question_start, rec.eval_rows.size(),
+                 rec.eval_token >= 0 ? fmt::format(" (first decoded token {})", rec.eval_token) : "");
+  }
+
+  int64_t run_model() {
+    rj_.describe_input();
+    const std::set<std::string> done = open();
+    return rj_.for_each_record(
+        done, [&] { return prompt_record(o_, rj_.model()); },
+        [&](JobRecord& r) { analyse(r.id, r.index, r.prompt.tokens, r.prompt.context_end); });
+  }
+
+  void analyse(const std::string& id, int64_t index, const std::vector<int32_t>& prompt, int64_t c) {
+    const Model& model = rj_.model();
+    Forward& forward = rj_.forward();
+    std::vector<int32_t> tokens = prompt;
+    int64_t decoded = -1;
+    if (o_.eval == "first-decode") {
+      if (model.config.context_length > 0 && static_cast<int64_t>(prompt.size()) >= model.config.context_length)
+        fail<InputError>("record \"{}\": --eval first-decode: no room for a next token after {} tokens", id,
+                         prompt.size());
+      decoded = greedy_next_token(forward, prompt);
+      tokens.push_back(static_cast<int32_t>(decoded));
+    }
+    BoundRecord rec = prepare(o_, id, static_cast<int64_t>(prompt.size()), c, decoded);
+    rec.index = index;
+    Collectors collectors = make_collectors(model, blocks_, rec.c, pool_);
+    if (std::any_of(blocks_.begin(), blocks_.end(), layer_global)) {
+      // Layer-global methods share the budget among all the model's layers: a pre-pass over
+      // the context (its rows are all the scores read) collects every layer's scores.
+      CollectorFanout fan(collectors);
+      ForwardRequest pre;
+      for (int64_t l = 0; l < model.config.n_layer; ++l) pre.record.layers.push_back(l);
+      pre.record.qkv = true;
+      pre.recorder = &fan;
+      forward.run(std::vector<int32_t>(tokens.begin(), tokens.begin() + rec.c), pre);
+    }
+    AnalysisRecorder rc(model, blocks_, rec, pool_, files_, &collectors);
+    ForwardRequest req;
+    req.record.layers = layers_;
+    req.record.qkv = true;
+    req.recorder = &rc;
+    forward.run(tokens, req);
+    write(rec);
+  }
+
+  // The dump's header against the model and the analysis: its model, contents and layers.
+  void check_dump(const h5::File& f, const std::vector<int64_t>& dumped) const {
+    const Model& model = rj_.model();
+    check_dump_schema(f);
+    const std::string dump_sha = f.attr_string("model_sha256"), sha = rj_.model_sha256();
+    if (dump_sha != sha)
+      fail<InputError>("{}: made with a model of sha256 {}..., but --model {} has sha256 {}...", o_.dump,
+                       dump_sha.substr(0, 12), model.source.path.string(), sha.substr(0, 12));
+    const std::vector<std::string> what = f.attr_strings("what");
+    for (const char* need : {"q", "k", "v"})
+      if (std::find(what.begin(), what.end(), need) == what.end())
+        fail<InputError>("{}: the dump lacks {} (record it with `ckv dump --what q,k,v,...`)", o_.dump, need);
+    if (static_cast<int64_t>(f.attr_ints("heads").size()) != model.config.n_head)
+      fail<InputError>("{}: the dump holds only some heads; bound needs all (`ckv dump --heads all`)", o_.dump);
+    for (int64_t l : layers_)
+      if (std::find(dumped.begin(), dumped.end(), l) == dumped.end())
+        fail<InputError>("{}: layer {} is not in the dump (`ckv dump --layers ...` records it); the dump holds "
+                         "layers {}: give --layers {}", o_.dump, l, index_ranges(dumped), index_ranges(dumped));
+  }
+
+  int64_t run_dump() {
+    h5::File f = h5::File::open_read(o_.dump);
+    const std::vector<int64_t> dumped = f.attr_ints("layers");
+    check_dump(f, dumped);
+    // The dump's complete records in input order are this run's input 0..k-1.
+    const std::vector<std::string> ids = complete_records_in_input_order(f);
+    rj_.describe_input(o_.dump, f.has_attr("input_sha256") ? f.attr_string("input_sha256") : "",
+                       static_cast<int64_t>(ids.size()));
+    const std::set<std::string> done = open();
+    int64_t skipped = 0;
+    for (size_t index = 0; index < ids.size(); ++index) {
+      if (done.count(ids[index])) ++skipped;
+      else analyse_dumped(f.open_group("records/" + ids[index]), ids[index], static_cast<int64_t>(index), dumped);
+    }
+    return skipped;
+  }
+
+  void analyse_dumped(const h5::Group& r, const std::string& id, int64_t index, const std::vector<int64_t>& dumped) {
+    // Every dataset the analysis indexes is checked against the record's attributes and
+    // the model: a hostile or damaged dump must not steer reads out of bounds.
+    const Model& model = rj_.model();
+    const std::string where = fmt::format("{}: record \"{}\"", o_.dump, id);
+    const ModelConfig& cf = model.config;
+    const int64_t n = r.attr_int("n_tokens"), c = r.attr_int("context_end");
+    if (n < 1 || (cf.context_length > 0 && n > cf.context_length))
+      fail<FormatError>("{}: n_tokens {} is outside [1, {}]", where, n, cf.context_length > 0 ? cf.context_length : n);
+    if (c < 1 || c > n) fail<FormatError>("{}: context_end {} is outside [1, n_tokens = {}]", where, c, n);
+    BoundRecord rec = prepare(o_, id, n, c);
+    rec.index = index;
+    auto load = [&](int64_t l, const char* name) {
+      const int64_t heads = std::string_view(name) == "q" ? cf.n_head : cf.n_kv_head;
+      const h5::Dataset ds = r.open_group(fmt::format("layers/{}", l)).open_dataset(name);
+      const std::vector<int64_t> want{heads, n, cf.d_head};
+      if (ds.shape() != want)
+        fail<FormatError>("{}: layer {} {} has shape [{}], expected [{}] from n_tokens and the model", where, l, name,
+                          fmt::join(ds.shape(), ", "), fmt::join(want, ", "));
+      return Tensor(ds.shape(), ds.read<float>());
+    };
+    Collectors collectors = make_collectors(model, blocks_, rec.c, pool_);
+    if (std::any_of(blocks_.begin(), blocks_.end(), layer_global)) {
+      // Layer-global methods share the budget among all the model's layers.
+      for (int64_t l = 0; l < cf.n_layer; ++l) {
+        if (std::find(dumped.begin(), dumped.end(), l) == dumped.end())
+          fail<InputError>("{}: layer {} is not in the dump; layer-defensivekv allocates over all layers", o_.dump, l);
+        const Tensor q = load(l, "q"), k = load(l, "k"), v = load(l, "v");  // in order: errors name q first
+        CollectorFanout(collectors).on_qkv(l, q, k, v);
+      }
+    }
+    AnalysisRecorder rc(model, blocks_, rec, pool_, files_, &collectors);
+    for (int64_t l : layers_) {
+      const Tensor q = load(l, "q"), k = load(l, "k"), v = load(l, "v");
+      rc.analyze(l, q, k, v, model.weights.layers.at(static_cast<size_t>(l)).wo.to_f32());
+    }
+    write(rec);
+  }
+
+  const AnalysisOptions& o_;
+  const GlobalOptions& g_;
+  const std::vector<AnalysisBlock>& blocks_;
+  const BoundJob& job_;
+  RecordJob rj_;
+  ThreadPool pool_;
+  std::vector<int64_t> layers_;
+  std::vector<std::map<int64_t, std::vector<std::vector<int64_t>>>> files_;
+  std::optional<BoundFile> file_;
+};
+
 }  // namespace
 
-void add_analysis_options(CLI::App& cmd, AnalysisOptions& o) {
-  add_prompt_options(cmd, o.input);
-  cmd.add_option("--question", o.question, "Question appended to --prompt/--prompt-file (its tokens are the evaluation queries)");
+void add_analysis_options(CLI::App& cmd, AnalysisOptions& o, bool alpha) {
+  add_prompt_options(cmd, o.input.prompt);
+  cmd.add_option("--question", o.input.question,
+                 "Question text appended to --prompt/--prompt-file (its tokens are the evaluation queries)");
   cmd.add_option("--context-end", o.context_end, "With --tokens: positions >= C are the question (default: none)")
       ->needs(cmd.get_option("--tokens"));
-  auto* input = cmd.add_option("-i,--input", o.input_jsonl, "JSONL batch: {id, context, question} per line");
-  auto* dump = cmd.add_option("--dump", o.dump, "Analyse a `ckv dump` file (needs q,k,v of all heads; --model must be the dump's model)");
-  for (const char* other : {"--prompt", "--prompt-file", "--tokens"}) {
-    input->excludes(cmd.get_option(other));
-    dump->excludes(cmd.get_option(other));
-  }
+  auto* input = add_jsonl_option(cmd, o.input, "Path of a JSONL batch: {id, context, question} per line");
+  auto* dump = cmd.add_option("--dump", o.dump,
+                              "Path of a `ckv dump` file to analyse (needs q,k,v of all heads; --model must be the "
+                              "dump's model)");
+  for (const char* other : {"--prompt", "--prompt-file", "--tokens"}) dump->excludes(cmd.get_option(other));
   input->excludes(dump);
-  cmd.add_option("--budgets", o.budgets, "Budgets as fractions of the evictable context, in (0, 1]")->capture_default_str();
-  cmd.add_option("--keep", o.keep, "Absolute budget: kept entries per KV head (replaces --budgets)")
+  cmd.add_option("--budgets", o.budgets,
+                 "Budgets: fractions of the evictable context in (0, 1], comma separated, each 0.2 or 20%")
+      ->capture_default_str();
+  cmd.add_option("--keep", o.keep, "Absolute budget: kept entries per KV head, a count >= 1 (replaces --budgets)")
       ->each([&o](const std::string&) { o.keep_given = true; });
-  cmd.add_option("--layers", o.layers, "Layers: all, or indices and ranges")->capture_default_str();
-  cmd.add_option("--window", o.params.window,
-                 "snapkv observation window: the last W context queries. The window's entries are "
-                 "always kept and count in the budget (as kvpress scores them max+1)")->capture_default_str();
-  cmd.add_option("--pool", o.pool, "snapkv pooling: max (paper) or avg (kvpress)")->check(CLI::IsMember({"max", "avg"}))->capture_default_str();
-  cmd.add_option("--kernel", o.params.kernel, "snapkv pooling kernel (odd)")->capture_default_str();
-  cmd.add_option("--h2o-rows", o.params.h2o_rows, "h2o: accumulated attention of the last N context queries")->capture_default_str();
-  cmd.add_option("--sinks", o.params.sinks, "streaming: sink entries kept at the start")->capture_default_str();
-  cmd.add_option("--eps", o.params.eps, "criticalkv stage-2 offset")->capture_default_str();
-  cmd.add_option("--alpha-safe", o.params.alpha_safe, "adakv: share of the budget every head keeps")->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  add_method_options(cmd, o.method, o.params);
-  cmd.add_option("--gqa-reduce", o.gqa_reduce, "Reduction of a KV head's query-head scores and nu")->check(CLI::IsMember({"mean", "max"}))->capture_default_str();
+  cmd.add_option("--layers", o.layers, "Layers: all, or a list of indices and ranges (0-3,10)")->capture_default_str();
+  add_selection_options(cmd, o.selection, {.alpha = alpha, .selection_file = alpha});
   cmd.add_option("--eval", o.eval,
                  "Evaluation query: question (the question's tokens, or the last token without one), "
                  "last (the prompt's last token) or first-decode (the greedy next token, appended: the paper's)")
@@ -238,19 +436,13 @@ void add_analysis_options(CLI::App& cmd, AnalysisOptions& o) {
                  "stage2 (the stage-2 candidates; not a bound) or stage2-partial (stage 2 relaxed only, a bound)")
       ->check(CLI::IsMember({"all", "no-sink", "stage2", "stage2-partial"}))->capture_default_str();
   cmd.add_option("-o,--out", o.out, "Output prefix: PREFIX.h5, PREFIX.csv, PREFIX.json")->capture_default_str();
-  cmd.add_option("--shard", o.shard,
-                 "Only records with index % N == i (i/N) of --input; default: SLURM_ARRAY_TASK_ID/COUNT when set");
-  cmd.add_flag("--force", o.force, "Replace existing outputs");
-  cmd.add_flag("--resume", o.resume, "Continue an interrupted output, skipping complete records");
+  add_job_flags(cmd, o.job);
 }
 
 void finish_options(AnalysisOptions& o) {
   if (o.keep_given || o.keep != 0) check_keep(o.keep);
-  else parse_fractions(o.budgets);
-  validate_selection_params(o.params);
-  o.params.pool = o.pool == "avg" ? PoolKind::Avg : PoolKind::Max;
-  o.params.gqa_reduce = o.gqa_reduce == "max" ? GqaReduce::Max : GqaReduce::Mean;
-  finish_method_options(o.method, o.params);
+  else o.fractions = parse_budget_fractions(o.budgets, "--budgets");
+  finish_selection_options(o.selection);
   o.nu_min_reading = parse_nu_min_reading(o.nu_min);
   if (o.compress == "prompt" && o.eval == "question")
     fail<UsageError>("--compress prompt: the question is evictable, so it cannot hold the evaluation queries; "
@@ -259,249 +451,15 @@ void finish_options(AnalysisOptions& o) {
     fail<UsageError>("--eval first-decode: a dump holds no next token; run the model (--input, --prompt, --tokens)");
 }
 
-nlohmann::json protocol_settings(const AnalysisOptions& o) {
-  return {{"eval", o.eval}, {"compress", o.compress}, {"nu_min", o.nu_min}};
+nlohmann::json analysis_settings(const AnalysisOptions& o) {
+  nlohmann::json s = selection_settings(o.selection);
+  s.update({{"budgets", o.budgets}, {"keep", o.keep}, {"eval", o.eval}, {"compress", o.compress}, {"nu_min", o.nu_min}});
+  return s;
 }
-
-std::vector<int64_t> resolve_budgets(const AnalysisOptions& o, int64_t c, const std::string& record) {
-  if (o.keep > 0) {
-    if (o.keep > c) fail<InputError>("{}: --keep {} is larger than the cache of {} evictable entries", record, o.keep, c);
-    return {o.keep};
-  }
-  std::vector<int64_t> out;
-  for (double f : parse_fractions(o.budgets)) out.push_back(budget_from_fraction(c, f));
-  return out;
-}
-
-namespace {
-
-// Where run_analysis puts its records: `open` is called once the model is loaded and the
-// provenance is complete, before any record, and returns the ids already complete.
-struct AnalysisSink {
-  std::function<std::set<std::string>(const Provenance&)> open;
-  std::function<void(const BoundRecord&)> write;
-};
-
-std::string text_input(const AnalysisOptions& o) {
-  if (!o.input.prompt_file.empty() || !o.input.tokens_file.empty())
-    return read_text_file(o.input.prompt_file.empty() ? o.input.tokens_file : o.input.prompt_file);
-  return o.input.prompt;
-}
-
-int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std::vector<AnalysisBlock>& blocks,
-                     Provenance& prov, const Shard& shard, const AnalysisSink& sink) {
-  Model model = load_model(g.model_path());
-  const std::string sha = model_sha256(model.source.path);
-  prov.set("model_path", model.source.path.string());
-  prov.set("model_sha256", sha);
-  const std::vector<int64_t> layers = parse_index_list(o.layers, model.config.n_layer, "--layers");
-  std::vector<std::map<int64_t, std::vector<std::vector<int64_t>>>> files;
-  for (const AnalysisBlock& b : blocks)
-    files.push_back(read_layer_selection_file(b.selection_file, model.config.n_layer, model.config.n_kv_head));
-  ThreadPool pool(g.resolved_threads());
-  if (!shard.is_whole() && o.input_jsonl.empty())
-    fail<UsageError>("--shard {}: sharding needs a JSONL batch (--input)", shard.to_string());
-  int64_t skipped = 0;
-
-  if (!o.dump.empty()) {
-    h5::File f = h5::File::open_read(o.dump);
-    check_dump_schema(f);
-    const std::string dump_sha = f.attr_string("model_sha256");
-    if (dump_sha != sha)
-      fail<InputError>("{}: made with a model of sha256 {}..., but --model {} has sha256 {}...", o.dump,
-                       dump_sha.substr(0, 12), model.source.path.string(), sha.substr(0, 12));
-    const std::vector<std::string> what = f.attr_strings("what");
-    for (const char* need : {"q", "k", "v"})
-      if (std::find(what.begin(), what.end(), need) == what.end())
-        fail<InputError>("{}: the dump lacks {} (record it with `ckv dump --what q,k,v,...`)", o.dump, need);
-    if (static_cast<int64_t>(f.attr_ints("heads").size()) != model.config.n_head)
-      fail<InputError>("{}: the dump holds only some heads; bound needs all (`ckv dump --heads all`)", o.dump);
-    const std::vector<int64_t> dumped = f.attr_ints("layers");
-    for (int64_t l : layers)
-      if (std::find(dumped.begin(), dumped.end(), l) == dumped.end())
-        fail<InputError>("{}: layer {} is not in the dump (`ckv dump --layers ...`)", o.dump, l);
-    // The dump's complete records in input order are this run's input 0..k-1.
-    const std::vector<std::string> ids = complete_records_in_input_order(f);
-    prov.set("input_file", o.dump);
-    prov.set("input_sha256", f.has_attr("input_sha256") ? f.attr_string("input_sha256") : "");
-    set_shard_provenance(prov, shard, static_cast<int64_t>(ids.size()));
-    const std::set<std::string> done = sink.open(prov);
-    for (size_t index = 0; index < ids.size(); ++index) {
-      const std::string& id = ids[index];
-      if (done.count(id)) {
-        ++skipped;
-        continue;
-      }
-      const h5::Group r = f.open_group("records/" + id);
-      // Every dataset the analysis indexes is checked against the record's attributes and
-      // the model: a hostile or damaged dump must not steer reads out of bounds.
-      const std::string where = fmt::format("{}: record \"{}\"", o.dump, id);
-      const ModelConfig& cf = model.config;
-      const int64_t n = r.attr_int("n_tokens"), c = r.attr_int("context_end");
-      if (n < 1 || (cf.context_length > 0 && n > cf.context_length))
-        fail<FormatError>("{}: n_tokens {} is outside [1, {}]", where, n, cf.context_length > 0 ? cf.context_length : n);
-      if (c < 1 || c > n) fail<FormatError>("{}: context_end {} is outside [1, n_tokens = {}]", where, c, n);
-      BoundRecord rec = prepare(o, id, n, c);
-      rec.index = static_cast<int64_t>(index);
-      auto load = [&](int64_t l, const char* name) {
-        const int64_t heads = std::string_view(name) == "q" ? cf.n_head : cf.n_kv_head;
-        const h5::Dataset ds = r.open_group(fmt::format("layers/{}", l)).open_dataset(name);
-        const std::vector<int64_t> want{heads, n, cf.d_head};
-        if (ds.shape() != want)
-          fail<FormatError>("{}: layer {} {} has shape [{}], expected [{}] from n_tokens and the model", where, l,
-                            name, fmt::join(ds.shape(), ", "), fmt::join(want, ", "));
-        return Tensor(ds.shape(), ds.read<float>());
-      };
-      Collectors collectors = make_collectors(model, blocks, rec.c, pool);
-      if (std::any_of(blocks.begin(), blocks.end(), layer_global)) {
-        // Layer-global methods share the budget among all the model's layers.
-        for (int64_t l = 0; l < model.config.n_layer; ++l) {
-          if (std::find(dumped.begin(), dumped.end(), l) == dumped.end())
-            fail<InputError>("{}: layer {} is not in the dump; layer-defensivekv allocates over all layers", o.dump, l);
-          const Tensor q = load(l, "q"), k = load(l, "k"), v = load(l, "v");  // in order: errors name q first
-          CollectorFanout(collectors).on_qkv(l, q, k, v);
-        }
-      }
-      AnalysisRecorder rc(model, blocks, rec, pool, files, &collectors);
-      for (int64_t l : layers) {
-        const Tensor q = load(l, "q"), k = load(l, "k"), v = load(l, "v");
-        rc.analyze(l, q, k, v, model.weights.layers.at(static_cast<size_t>(l)).wo.to_f32());
-      }
-      sink.write(rec);
-    }
-    return skipped;
-  }
-
-  Forward forward(model, g.forward_options());
-  prov.device = forward.context().device_string();
-  auto run_one = [&](const std::string& id, int64_t index, const std::vector<int32_t>& prompt, int64_t c) {
-    std::vector<int32_t> tokens = prompt;
-    int64_t decoded = -1;
-    if (o.eval == "first-decode") {
-      if (model.config.context_length > 0 && static_cast<int64_t>(prompt.size()) >= model.config.context_length)
-        fail<InputError>("record \"{}\": --eval first-decode: no room for a next token after {} tokens", id,
-                         prompt.size());
-      decoded = greedy_next_token(forward, prompt);
-      tokens.push_back(static_cast<int32_t>(decoded));
-    }
-    BoundRecord rec = prepare(o, id, static_cast<int64_t>(prompt.size()), c, decoded);
-    rec.index = index;
-    Collectors collectors = make_collectors(model, blocks, rec.c, pool);
-    if (std::any_of(blocks.begin(), blocks.end(), layer_global)) {
-      // Layer-global methods share the budget among all the model's layers: a pre-pass over
-      // the context (its rows are all the scores read) collects every layer's scores.
-      CollectorFanout fan(collectors);
-      ForwardRequest pre;
-      for (int64_t l = 0; l < model.config.n_layer; ++l) pre.record.layers.push_back(l);
-      pre.record.qkv = true;
-      pre.recorder = &fan;
-      forward.run(std::vector<int32_t>(tokens.begin(), tokens.begin() + rec.c), pre);
-    }
-    AnalysisRecorder rc(model, blocks, rec, pool, files, &collectors);
-    ForwardRequest req;
-    req.record.layers = layers;
-    req.record.qkv = true;
-    req.recorder = &rc;
-    forward.run(tokens, req);
-    sink.write(rec);
-  };
-  if (!o.input_jsonl.empty()) {
-    prov.set("input_file", o.input_jsonl);
-    prov.set("input_sha256", sha256_file(o.input_jsonl));
-    set_shard_provenance(prov, shard, count_input_records(o.input_jsonl));
-    if (!model.tokenizer) fail<InputError>("{}: --input needs a model with a tokenizer", model.source.path.string());
-    return for_each_input_record(o.input_jsonl, shard, sink.open(prov), *model.tokenizer, o.input.chat,
-                                 [&](const InputRecord& r, RecordPrompt& p) {
-                                   run_one(r.id, r.index, p.tokens, p.context_end);
-                                 });
-  }
-  const std::string prompt = text_input(o);
-  prov.set("input_file", o.input.prompt_file.empty() ? o.input.tokens_file : o.input.prompt_file);
-  prov.set("input_sha256", prompt.empty() ? "" : sha256_hex(prompt + o.question));
-  set_shard_provenance(prov, shard, 1);
-  if (sink.open(prov).count("0")) return 1;
-  const bool text = o.input.tokens_file.empty();
-  const bool builtin = text && o.input.prompt.empty() && o.input.prompt_file.empty();
-  if (text && (builtin || !o.question.empty())) {
-    if (!model.tokenizer) fail<InputError>("{}: text prompts need a model with a tokenizer", model.source.path.string());
-    InputRecord r;
-    r.id = "0";
-    r.context = builtin ? kBuiltinContext : prompt;
-    r.question = builtin ? kBuiltinQuestion : o.question;
-    RecordPrompt p = tokenize_record(r, *model.tokenizer, o.input.chat);
-    run_one("0", 0, p.tokens, p.context_end);
-    return 0;
-  }
-  const std::vector<int32_t> tokens = prompt_tokens(o.input, model, kBuiltinContext);
-  const auto n = static_cast<int64_t>(tokens.size());
-  if (o.context_end == 0 || o.context_end > n)
-    fail<InputError>("--context-end {}: outside [1, {}] (the prompt's tokens)", o.context_end, n);
-  run_one("0", 0, tokens, o.context_end > 0 ? o.context_end : n);
-  return 0;
-}
-
-}  // namespace
 
 void run_bound_job(const AnalysisOptions& o, const GlobalOptions& g, const std::vector<AnalysisBlock>& blocks,
                    const BoundJob& job) {
-  namespace fs = std::filesystem;
-  const fs::path h5_path = o.out + ".h5", csv_path = o.out + ".csv", json_path = o.out + ".json";
-  // Refuse existing outputs before the model load and hashing; the real checks follow.
-  for (const fs::path& p : {h5_path, csv_path, json_path}) AtomicOutput::check(p, {.force = o.force, .resume = o.resume});
-  const Shard shard = Shard::resolve(o.shard);
-  // The device that ran: the CPU for an analysis of a dump (its pool); run_analysis sets
-  // its Forward's context's device before any output is opened when it runs the model.
-  Provenance prov = g.provenance(std::string(device_name(Device::CPU)));
-  std::optional<AtomicOutput> h5_out, csv_out, json_out;
-  std::optional<BoundFile> file;
-  int64_t written = 0;
-  AnalysisSink sink;
-  sink.open = [&](const Provenance& p) {
-    if (o.resume) {
-      auto value = [&](const char* key) { return p.find(key) ? p.find(key)->get<std::string>() : std::string(); };
-      check_output_to_resume(h5_path,
-                             {.schema = kBoundSchema, .schema_version = kBoundSchemaVersion, .kind = job.kind,
-                              .model_sha256 = value("model_sha256"), .input_sha256 = value("input_sha256"),
-                              .settings = job.settings, .command_line = p.command_line, .shard = shard});
-    }
-    const AtomicOutputOptions opt{.force = o.force, .resume = o.resume};
-    h5_out.emplace(h5_path, opt);
-    restart_headerless(*h5_out);
-    csv_out.emplace(csv_path, opt);
-    json_out.emplace(json_path, opt);
-    file.emplace(h5_out->continuing() ? BoundFile::resume(h5_out->partial_path(), p.command_line)
-                                      : BoundFile::create(h5_out->partial_path(), p, job.kind, job.labels, job.settings));
-    return file->complete_records();
-  };
-  sink.write = [&](const BoundRecord& rec) {
-    file->write_record(rec);
-    ++written;
-    if (!g.quiet)
-      fmt::print(stderr, "record \"{}\": {} tokens, context {}, {} evaluation queries{}\n", rec.id, rec.n,
-                 rec.question_start, rec.eval_rows.size(),
-                 rec.eval_token >= 0 ? fmt::format(" (first decoded token {})", rec.eval_token) : "");
-  };
-  int64_t skipped = 0;
-  try {
-    skipped = run_analysis(o, g, blocks, prov, shard, sink);
-    if (shard.is_whole() && written + skipped == 0) fail<InputError>("{}: no record to analyse", job.kind);
-  } catch (...) {
-    // A run that created the file and finished no record leaves nothing to resume.
-    if (file && !h5_out->continuing() && written == 0) {
-      file->close();
-      fs::remove(h5_out->partial_path());
-    }
-    throw;
-  }
-  file->close();
-  write_bound_summaries(h5_out->partial_path(), csv_out->partial_path(), json_out->partial_path(), o.out,
-                        job.max_list, g.quiet);
-  h5_out->commit();
-  csv_out->commit();
-  json_out->commit();
-  if (!g.quiet)
-    fmt::print("\nwrote {0}.h5, {0}.csv, {0}.json: {1} records analysed, {2} already complete (shard {3})\n", o.out,
-               written, skipped, shard.to_string());
+  BoundRun(o, g, blocks, job).run();
 }
 
 }  // namespace ckv::app

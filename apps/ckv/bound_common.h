@@ -1,10 +1,10 @@
 #pragma once
 // What `ckv bound` and `ckv check` share: the input flags (a model with prompt inputs, a
-// JSONL batch, or a dump plus the model that made it), budgets, selection parameters,
-// sharding (--shard, lib/core/shard.h) and --resume, and the per-record driver that writes
-// one BoundRecord per record into PREFIX.h5 and regenerates PREFIX.csv / PREFIX.json from it.
+// JSONL batch, or a dump plus the model that made it), budgets, the selection settings
+// (selection_options.h), the protocol, and the per-record analysis that writes one
+// BoundRecord per record into PREFIX.h5 and regenerates PREFIX.csv / PREFIX.json from it,
+// run by the record-job driver (record_job.h).
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,29 +12,24 @@
 
 #include "analysis/bound_layer.h"
 #include "common.h"
-#include "method_options.h"
-#include "output/provenance.h"
 #include "output/bound_schema.h"
-#include "prompt_input.h"
+#include "record_job.h"
+#include "selection_options.h"
 
 namespace ckv::app {
 
 struct AnalysisOptions {
-  PromptOptions input;
-  std::string question;        // --question, with --prompt/--prompt-file
+  JobInput input;              // the prompt flags, --input, --question
   int64_t context_end = -1;    // --context-end C, with --tokens: positions >= C are the question
-  std::string input_jsonl;     // --input
   std::string dump;            // --dump FILE.h5
   std::string budgets = "0.025,0.05,0.1,0.2,0.4";
+  std::vector<double> fractions;  // --budgets parsed (finish_options); empty with --keep
   int64_t keep = 0;            // --keep N
   bool keep_given = false;     // --keep was on the command line (--keep 0 is refused, not ignored)
   std::string layers = "all";
-  SelectionParams params;
-  std::string pool = "max", gqa_reduce = "mean";
-  MethodOptions method;        // --defensive-*
+  SelectionOptions selection;
   std::string out = "bound";   // output prefix: <out>.h5, <out>.csv, <out>.json
-  std::string shard;           // --shard i/N; empty: Slurm array variables, else 0/1
-  bool force = false, resume = false;
+  JobFlags job;
   // The protocol (docs/BOUND.md "Protocol"): evaluation query, evictable span, nu_min.
   std::string eval = "question";     // question | last | first-decode
   std::string compress = "context";  // context | prompt
@@ -42,17 +37,12 @@ struct AnalysisOptions {
   NuMinReading nu_min_reading = NuMinReading::All;
 };
 
-// The protocol settings as they go into every output's settings JSON.
-nlohmann::json protocol_settings(const AnalysisOptions& o);
-
-void add_analysis_options(CLI::App& cmd, AnalysisOptions& o);
-
-// Budgets per KV head for a context of c entries. Throws UsageError for fractions outside
-// (0, 1] and InputError for --keep above c, naming the record.
-std::vector<int64_t> resolve_budgets(const AnalysisOptions& o, int64_t c, const std::string& record);
-// Parses and checks --budgets / --keep / --pool / --gqa-reduce and the selection flags
-// (validate_selection_params) into o.params; throws UsageError.
+// The input, budget, selection (with --alpha when `alpha`), protocol and output flags.
+void add_analysis_options(CLI::App& cmd, AnalysisOptions& o, bool alpha);
+// Parses and checks the budgets, the selection settings and the protocol; throws UsageError.
 void finish_options(AnalysisOptions& o);
+// The settings every bound file of `o` stores: the selection, budgets and protocol.
+nlohmann::json analysis_settings(const AnalysisOptions& o);
 
 // One block of the first output axis: methods run with one parameter set.
 struct AnalysisBlock {

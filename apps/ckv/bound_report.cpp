@@ -228,6 +228,52 @@ void print_figure4(const std::string& crit, const std::string& base, const HeadC
   say("\n");
 }
 
+// The legend and the column header of one Table 9 comparison.
+void print_table9_header(const std::string& crit, const std::string& base, const std::string& reading,
+                         const BudgetAxis& axis) {
+  say("\nTable 9 layout: {} vs {} (L1 norm; Prev. bound theta_rel with nu_min over {}{})\n", crit,
+      base.empty() ? "(no attention-only method given)" : base, reading,
+      nu_min_reading_is_bound(parse_nu_min_reading(reading)) ? "" : ": NOT an upper bound");
+  say("{:>10} {:>9} {:>7} {:>10} {:>10} {:>10} {:>7} {:>10} {:>7} {:>8} {:>6} {:>7} {:>8}\n", "budget",
+      axis.kept_header(), "heads", "Actual L", "Our bound", "Prev bound", "Ratio", "L all hds", "lower", "per rec",
+      "tied", "untied", "S1>=1/2");
+}
+
+// Table 9's legend, printed after its rows.
+void print_table9_legend(const std::string& base, const BudgetAxis& axis, const nlohmann::json& settings) {
+  say("  Actual L, Our bound (theta_hat), Prev bound: means over the `heads` (record x layer x head, each the mean\n"
+      "  over evaluation queries) where both methods' S1 >= 1/2 (Assumption 3.4); that population changes with the\n"
+      "  budget, so Actual L need not fall as the budget grows: `L all hds` is the mean over every head.\n"
+      "  lower: share of heads whose mean L over records is below {}'s (the paper's Figure 4); per rec: the same\n"
+      "  per (record, layer, head); tied: the KV head keeps {}'s entries (equal L); untied: lower among the rest.\n",
+      base, base);
+  if (axis.any_below_window())
+    say("* budget below the snapkv window (--window {}) in some records: every method keeps the most recent\n"
+        "  window entries, so criticalkv and its base keep the same set and rows below the window can be identical\n",
+        settings.value("window", int64_t{0}));
+}
+
+// The kept entries of every method and budget: the console table and summary["kept"].
+void kept_table(const Collected& col, nlohmann::ordered_json& summary) {
+  const std::vector<MethodSpec>& methods = col.methods;
+  const BudgetAxis& axis = col.budgets;
+  say("\nKept entries per KV head (window = last --window context entries, sinks = first --sinks)\n");
+  say("{:<28} {:>10} {:>8} {:>6} {:>6} {:>8} {:>7} {:>10}\n", "method", "budget", "mean", "min", "max", "window",
+             "sinks", "mean L1");
+  for (size_t m = 0; m < methods.size(); ++m)
+    for (int64_t b = 0; b < axis.size(); ++b) {
+      const KeptStats& k = col.kept.at({static_cast<int64_t>(m), b});
+      const auto n = static_cast<double>(k.heads);
+      const double l1 = mean_of(col.rows.at({static_cast<int64_t>(m), b}), kL1);
+      summary["kept"].push_back({{"method", methods[m].name()}, {"budget", axis.label(b)},
+                                 {"below_window_records", axis.below_window(b)}, {"mean", k.sum / n},
+                                 {"min", k.min}, {"max", k.max}, {"window", k.window / n}, {"sinks", k.sinks / n},
+                                 {"mean_L1", l1}});
+      say("{:<28} {:>10} {:>8.1f} {:>6.0f} {:>6.0f} {:>8.1f} {:>7.1f} {:>10.4g}\n", methods[m].name(),
+                 axis.marked_label(b), k.sum / n, k.min, k.max, k.window / n, k.sinks / n, l1);
+    }
+}
+
 nlohmann::ordered_json report(const Collected& col, const nlohmann::json& settings) {
   const std::vector<MethodSpec>& methods = col.methods;
   nlohmann::ordered_json summary;
@@ -242,12 +288,7 @@ nlohmann::ordered_json report(const Collected& col, const nlohmann::json& settin
     entry["base"] = cmp.base_name;
     entry["nu_min"] = reading;
     entry["prev_bound_is_upper_bound"] = nu_min_reading_is_bound(parse_nu_min_reading(reading));
-    say("\nTable 9 layout: {} vs {} (L1 norm; Prev. bound theta_rel with nu_min over {}{})\n", crit,
-        has_base ? cmp.base_name : "(no attention-only method given)", reading,
-        nu_min_reading_is_bound(parse_nu_min_reading(reading)) ? "" : ": NOT an upper bound");
-    say("{:>10} {:>9} {:>7} {:>10} {:>10} {:>10} {:>7} {:>10} {:>7} {:>8} {:>6} {:>7} {:>8}\n", "budget",
-        axis.kept_header(), "heads", "Actual L", "Our bound", "Prev bound", "Ratio", "L all hds", "lower", "per rec",
-        "tied", "untied", "S1>=1/2");
+    print_table9_header(crit, has_base ? cmp.base_name : "", reading, axis);
     HeadCount all, all_means;
     std::map<int64_t, HeadCount> per_layer;
     for (int64_t b = 0; b < axis.size(); ++b) {
@@ -298,16 +339,7 @@ nlohmann::ordered_json report(const Collected& col, const nlohmann::json& settin
           row["actual_L1_all_heads"].get<double>(), 100 * count_means.lower_share(), 100 * count.lower_share(),
           100 * count.tied_share(), 100 * count.lower_untied_share(), 100 * s1);
     }
-    say("  Actual L, Our bound (theta_hat), Prev bound: means over the `heads` (record x layer x head, each the mean\n"
-        "  over evaluation queries) where both methods' S1 >= 1/2 (Assumption 3.4); that population changes with the\n"
-        "  budget, so Actual L need not fall as the budget grows: `L all hds` is the mean over every head.\n"
-        "  lower: share of heads whose mean L over records is below {}'s (the paper's Figure 4); per rec: the same\n"
-        "  per (record, layer, head); tied: the KV head keeps {}'s entries (equal L); untied: lower among the rest.\n",
-        has_base ? cmp.base_name : "the base", has_base ? cmp.base_name : "the base");
-    if (axis.any_below_window())
-      say("* budget below the snapkv window (--window {}) in some records: every method keeps the most recent\n"
-          "  window entries, so criticalkv and its base keep the same set and rows below the window can be identical\n",
-          settings.value("window", int64_t{0}));
+    print_table9_legend(has_base ? cmp.base_name : "the base", axis, settings);
     if (has_base) {
       all.put(entry);
       entry["fraction_head_means_L_below_base"] = all_means.lower_share();
@@ -317,21 +349,7 @@ nlohmann::ordered_json report(const Collected& col, const nlohmann::json& settin
     }
     summary["table9"].push_back(entry);
   }
-  say("\nKept entries per KV head (window = last --window context entries, sinks = first --sinks)\n");
-  say("{:<28} {:>10} {:>8} {:>6} {:>6} {:>8} {:>7} {:>10}\n", "method", "budget", "mean", "min", "max", "window",
-             "sinks", "mean L1");
-  for (size_t m = 0; m < methods.size(); ++m)
-    for (int64_t b = 0; b < axis.size(); ++b) {
-      const KeptStats& k = col.kept.at({static_cast<int64_t>(m), b});
-      const auto n = static_cast<double>(k.heads);
-      const double l1 = mean_of(col.rows.at({static_cast<int64_t>(m), b}), kL1);
-      summary["kept"].push_back({{"method", methods[m].name()}, {"budget", axis.label(b)},
-                                 {"below_window_records", axis.below_window(b)}, {"mean", k.sum / n},
-                                 {"min", k.min}, {"max", k.max}, {"window", k.window / n}, {"sinks", k.sinks / n},
-                                 {"mean_L1", l1}});
-      say("{:<28} {:>10} {:>8.1f} {:>6.0f} {:>6.0f} {:>8.1f} {:>7.1f} {:>10.4g}\n", methods[m].name(),
-                 axis.marked_label(b), k.sum / n, k.min, k.max, k.window / n, k.sinks / n, l1);
-    }
+  kept_table(col, summary);
   return summary;
 }
 

@@ -23,48 +23,43 @@ struct CheckOptions {
 
 std::vector<double> parse_alphas(const std::string& spec) {
   std::vector<double> out;
-  std::stringstream ss(spec);
+  std::stringstream ss(spec + ",");
   for (std::string item; std::getline(ss, item, ',');) {
     double x = 0;
+    size_t used = 0;
     try {
-      x = std::stod(item);
+      x = std::stod(item, &used);
     } catch (const std::exception&) {
-      fail<UsageError>("--alpha: '{}' is not a number", item);
+      used = 0;
     }
+    if (used == 0 || used != item.size()) fail<UsageError>("--alpha '{}': '{}' is not a number", spec, item);
     if (!(x > 0 && x <= 1)) fail<UsageError>("--alpha: {} is outside (0, 1]", item);
+    if (std::find(out.begin(), out.end(), x) != out.end()) fail<UsageError>("--alpha '{}': {} is given twice", spec, item);
     out.push_back(x);
   }
-  if (out.empty()) fail<UsageError>("--alpha: no value given");
   return out;
 }
 
 void run_check(CheckOptions& o, const GlobalOptions& g) {
   finish_options(o.a);
   const std::vector<double> alphas = parse_alphas(o.alphas);
+  if (o.max_list < 0) fail<UsageError>("--max-list {}: must not be negative", o.max_list);
   const MethodSpec method = MethodSpec::parse(o.method);
   if (method.leaf().kind == MethodSpec::Kind::File || method.leaf().kind == MethodSpec::Kind::Oracle)
     fail<UsageError>("--method {}: check needs a scored method", o.method);
-  if (method.leaf().kind == MethodSpec::Kind::DuoAttention && !o.a.params.duo_pattern)
-    fail<UsageError>("--method duoattention needs --duo-pattern");
-  require_method_inputs(method, o.a.params, "--method");
+  require_method_inputs(method, o.a.selection, "--method");
   std::vector<AnalysisBlock> blocks;
   std::vector<std::string> labels;
   for (double alpha : alphas) {
-    SelectionParams p = o.a.params;
+    SelectionParams p = o.a.selection.params;
     p.alpha = alpha;
     blocks.push_back({{method}, p, false, 0, "", o.a.nu_min_reading});
     labels.push_back(fmt::format("{:g}", alpha));
   }
-  nlohmann::json settings = {{"method", method.name()}, {"alphas", alphas}, {"budgets", o.a.budgets},
-                             {"keep", o.a.keep}, {"window", o.a.params.window}, {"pool", o.a.pool},
-                             {"kernel", o.a.params.kernel}, {"gqa_reduce", o.a.gqa_reduce},
-                             {"defensive_kernel", o.a.params.defensive_kernel},
-                             {"defensive_share", o.a.method.defensive_share},
-                             {"defensive_nu", o.a.method.defensive_nu},
-                             {"pyramid_beta", o.a.params.pyramid_beta},
-                             {"duo_pattern", o.a.method.duo_pattern}, {"duo_sink", o.a.params.duo_sink},
-                             {"duo_recent", o.a.params.duo_recent}};
-  settings.update(protocol_settings(o.a));
+  nlohmann::json settings = analysis_settings(o.a);
+  settings.erase("alpha");  // the sweep's alphas
+  settings.erase("selection_file");
+  settings.update({{"method", method.name()}, {"alphas", alphas}});
   run_bound_job(o.a, g, blocks, {.kind = "check", .labels = labels, .settings = settings, .max_list = o.max_list});
 }
 
@@ -76,10 +71,12 @@ void register_check(CLI::App& app, GlobalOptions& g) {
   CLI::App* cmd = app.add_subcommand("check", "Assumption 3.4 per head: stage-1 attention mass S1 >= 1/2");
   add_model_options(*cmd, g);
   add_compute_option(*cmd, g);
-  add_analysis_options(*cmd, o->a);
-  cmd->add_option("--alpha", o->alphas, "Stage-1 share(s) of the budget, a comma list for a sweep")->capture_default_str();
+  add_analysis_options(*cmd, o->a, /*alpha=*/false);
+  cmd->add_option("--alpha", o->alphas, "Stage-1 share(s) of the budget in (0, 1], a comma list for a sweep")
+      ->capture_default_str();
   cmd->add_option("--method", o->method, "Method whose stage 1 is checked (attn: the paper's Algorithm 1)")->capture_default_str();
-  cmd->add_option("--max-list", o->max_list, "Violating heads printed (all are in the JSON)")->capture_default_str();
+  cmd->add_option("--max-list", o->max_list, "Violating heads printed, a count >= 0 (all are in the JSON)")
+      ->capture_default_str();
   cmd->callback([o, &g] { run_check(*o, g); });
 }
 

@@ -6,6 +6,7 @@
 // computation and memory is about two layers' buffers whatever the batch size.
 #include <chrono>
 #include <exception>
+#include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -15,21 +16,18 @@
 
 #include "analysis/value_norms.h"
 #include "common.h"
-#include "core/atomic_file.h"
+#include "flag_rules.h"
 #include "core/error.h"
-#include "output/provenance.h"
-#include "core/sha256.h"
 #include "core/shard.h"
 #include "core/thread_pool.h"
 #include "dump_timing.h"
-#include "output/batch_output.h"
 #include "output/describe.h"
 #include "output/dump_schema.h"
 #include "data/records.h"
 #include "layer_queue.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "prompt_input.h"
+#include "record_job.h"
 
 namespace ckv::app {
 namespace {
@@ -39,8 +37,7 @@ constexpr const char* kBuiltinPrompt =
     "Question: In which city is the Colosseum? Answer:";
 
 struct DumpOptions {
-  PromptOptions input;
-  std::string input_jsonl;  // --input F.jsonl
+  JobInput input;  // the prompt flags, --input
   std::string out = "dump.h5";
   std::string layers = "all", heads = "all";
   std::string what = "q,k,v,attn,nu,logits";
@@ -48,10 +45,10 @@ struct DumpOptions {
   int64_t window = 32;
   int64_t max_bytes = int64_t{4} << 30;
   std::string dtype = "f16";
-  std::string shard;  // --shard i/N; empty: Slurm array variables, else 0/1
+  JobFlags job;
   std::string timing_json;  // --timing-json FILE
   int compress = 0;
-  bool force = false, resume = false, skip_bad = false, verbose = false;
+  bool skip_bad = false, verbose = false;
 };
 
 // Runs on the forward pass's thread: copies what it records (its buffers are reused by the
@@ -180,7 +177,7 @@ struct Run {
 
   void record(RecordMeta meta) {
     if (!seen.insert(meta.id).second)
-      fail<InputError>("{}: record id \"{}\" appears twice{}", o.input_jsonl, meta.id,
+      fail<InputError>("{}: record id \"{}\" appears twice{}", o.input.jsonl, meta.id,
                        meta.line > 0 ? fmt::format(" (again on line {})", meta.line) : "");
     if (complete.count(meta.id)) {
       ++skipped;
@@ -211,6 +208,7 @@ struct Run {
     ForwardResult result = forward_and_write(forward, meta.tokens, std::move(request), writer, timing);
     if (settings.what.logits) rec.write_logits_last(result.logits.span().last(static_cast<size_t>(model.config.vocab)));
     dump.finish_record(rec);
+    job->written();
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++written;
     tokens += n;
@@ -235,120 +233,84 @@ struct Run {
                        o.max_bytes);
   }
   bool window_given = false;
+  RecordJob* job = nullptr;  // counts the records written
 };
 
 RecordMeta prompt_meta(const DumpOptions& o, const Model& model) {
   RecordMeta meta;
   meta.id = "0";
-  meta.tokens = prompt_tokens(o.input, model, kBuiltinPrompt);
-  if (o.input.tokens_file.empty() && o.input.prompt_file.empty())
-    meta.context = o.input.prompt.empty() ? kBuiltinPrompt : o.input.prompt;
+  const PromptOptions& in = o.input.prompt;
+  meta.tokens = prompt_tokens(in, model, kBuiltinPrompt);
+  if (in.tokens_file.empty() && in.prompt_file.empty()) meta.context = in.prompt.empty() ? kBuiltinPrompt : in.prompt;
   meta.context_end = static_cast<int64_t>(meta.tokens.size());
   return meta;
 }
 
 RecordMeta record_meta(const DumpOptions& o, const Model& model, const InputRecord& r) {
-  RecordPrompt p = tokenize_record(r, *model.tokenizer, o.input.chat);
+  RecordPrompt p = tokenize_record(r, *model.tokenizer, o.input.prompt.chat);
   if (model.config.context_length > 0 && static_cast<int64_t>(p.tokens.size()) > model.config.context_length)
-    fail<InputError>("{}:{}: {} tokens, longer than the model's context of {}", o.input_jsonl, r.line,
+    fail<InputError>("{}:{}: {} tokens, longer than the model's context of {}", o.input.jsonl, r.line,
                      p.tokens.size(), model.config.context_length);
   return {.id = r.id, .index = r.index, .line = r.line, .context = r.context, .question = r.question,
           .answer = r.answer, .tokens = std::move(p.tokens), .token_text = {}, .context_end = p.context_end,
           .token_spans = std::move(p.token_spans), .attn_rows = {}};
 }
 
-// The file this run writes: the interrupted one for --resume, else a new one. A new file
-// that cannot be written (a full disk) is removed, so the output's directory is as before.
-DumpFile open_dump(const AtomicOutput& out, const Provenance& prov, const Model& model,
-                   const std::string& sha, const DumpSettings& settings) {
-  if (out.continuing()) return DumpFile::resume(out.partial_path(), settings, prov.command_line);
-  try {
-    return DumpFile::create(out.partial_path(), prov, model, sha, settings);
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove(out.partial_path(), ignored);
-    throw;
+// The records of this shard: the JSONL batch's (passing over malformed lines with
+// --skip-bad), or the one prompt's.
+void dump_records(const DumpOptions& o, const Model& model, const Shard& shard, Run& run) {
+  if (o.input.jsonl.empty()) {
+    if (shard.contains(0)) run.record(prompt_meta(o, model));
+    return;
   }
+  if (!model.tokenizer) fail<InputError>("{}: --input needs a model with a tokenizer", model.source.path.string());
+  RecordReader reader(o.input.jsonl, o.skip_bad);
+  while (std::optional<InputRecord> r = reader.next())
+    if (shard.contains(r->index)) run.record(record_meta(o, model, *r));
+  for (const std::string& msg : reader.skipped()) fmt::print(stderr, "ckv: warning: skipped {}\n", msg);
 }
 
 void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
   const auto started = std::chrono::steady_clock::now();
   if (o.window < 1) fail<UsageError>("--window {}: must be at least 1", o.window);
   if (o.max_bytes < 0) fail<UsageError>("--max-bytes {}: must not be negative", o.max_bytes);
+  // A list's syntax before any work; its upper end, the record's length, per record.
+  if (o.attn_rows != "window" && o.attn_rows != "all" && !o.attn_rows.starts_with("last:"))
+    parse_index_list(o.attn_rows, std::numeric_limits<int64_t>::max(), "--attn-rows");
   DumpSettings settings;
   settings.what = DumpContents::parse(o.what);
   settings.dtype = o.dtype == "f32" ? h5::DType::F32 : h5::DType::F16;
   settings.gzip_level = o.compress;
   settings.attn_rows = o.attn_rows;
   settings.window = o.window;
-  // Refuse a bad or busy output before the model load and hashing; the real check follows.
-  AtomicOutput::check(o.out, {.force = o.force, .resume = o.resume});
-
-  Model model = load_model(g.model_path());
+  RecordJob rj(g, o.job, o.input, {o.out});
+  rj.load();
+  const Model& model = rj.model();
   settings.layers = parse_index_list(o.layers, model.config.n_layer, "--layers");
   settings.heads = parse_index_list(o.heads, model.config.n_head, "--heads");
-  const std::string sha = model_sha256(model.source.path);
-  // Built before the provenance: its context is the device that runs the pass.
-  Forward forward(model, g.forward_options());
-  Provenance prov = g.provenance(forward.context().device_string());
-  prov.set("model_path", model.source.path.string());
-  prov.set("model_sha256", sha);
+  Provenance& prov = rj.provenance();
   prov.set("model_format", model.source.format);
   prov.set("dtype", h5::dtype_name(settings.dtype));
-  const std::string input_file = !o.input_jsonl.empty()        ? o.input_jsonl
-                                 : !o.input.prompt_file.empty() ? o.input.prompt_file
-                                                                : o.input.tokens_file;
-  const std::string input_sha = !input_file.empty()      ? sha256_file(input_file)
-                                : o.input.prompt.empty() ? ""
-                                                         : sha256_hex(o.input.prompt);
-  prov.set("input_file", input_file);
-  prov.set("input_sha256", input_sha);
-  prov.set("chat", o.input.chat);
-  const Shard shard = Shard::resolve(o.shard);
-  const int64_t total = o.input_jsonl.empty() ? 1 : count_input_records(o.input_jsonl);
-  set_shard_provenance(prov, shard, total);
-  if (o.resume)
-    check_output_to_resume(o.out, {.schema = kDumpSchema, .schema_version = kDumpSchemaVersion,
-                                   .kind = "", .model_sha256 = sha, .input_sha256 = input_sha,
-                                   .settings = settings.to_json(),
-                                   .command_line = prov.command_line, .shard = shard});
-  AtomicOutput out(o.out, {.force = o.force, .resume = o.resume});
-  restart_headerless(out);
-
-  DumpFile dump = open_dump(out, prov, model, sha, settings);
+  prov.set("chat", o.input.prompt.chat);
+  const int64_t total = o.input.jsonl.empty() ? 1 : count_input_records(o.input.jsonl);
+  rj.describe_input(rj.input_file(), rj.input_sha256(), total);
+  rj.open(kDumpSchema, kDumpSchemaVersion, "", settings.to_json());
+  DumpFile dump = rj.guarded([&] {
+    return rj.continuing() ? DumpFile::resume(rj.partial(), settings, prov.command_line)
+                           : DumpFile::create(rj.partial(), prov, model, rj.model_sha256(), settings);
+  });
   ThreadPool pool(g.resolved_threads());
-  Progress progress("dump", shard.size_of(total), "records", g.progress_mode());
-  Run run{o, g, model, settings, dump, forward, pool, progress, dump.complete_records(), {}};
+  Progress progress("dump", rj.shard().size_of(total), "records", g.progress_mode());
+  Run run{o, g, model, settings, dump, rj.forward(), pool, progress, dump.complete_records(), {}};
   run.window_given = window_given;
-
-  try {
-    if (o.input_jsonl.empty()) {
-      if (shard.contains(0)) run.record(prompt_meta(o, model));
-    } else {
-      if (!model.tokenizer) fail<InputError>("{}: --input needs a model with a tokenizer", model.source.path.string());
-      RecordReader reader(o.input_jsonl, o.skip_bad);
-      while (std::optional<InputRecord> r = reader.next())
-        if (shard.contains(r->index)) run.record(record_meta(o, model, *r));
-      for (const std::string& msg : reader.skipped()) fmt::print(stderr, "ckv: warning: skipped {}\n", msg);
-    }
-  } catch (...) {
-    // The error may be a failed write (a full disk), after which HDF5 cannot flush: release
-    // the file without reporting more. Complete records were flushed when they finished,
-    // so the partial file keeps them for --resume; a run that created the file and
-    // finished no record leaves nothing to resume.
-    dump.abandon();
-    if (!out.continuing() && run.written == 0) {
-      std::error_code ignored;
-      std::filesystem::remove(out.partial_path(), ignored);
-    }
-    throw;
-  }
+  run.job = &rj;
+  rj.guarded([&] { dump_records(o, model, rj.shard(), run); }, [&] { dump.abandon(); });
   progress.finish();
   auto start = std::chrono::steady_clock::now();
   dump.close();
   run.timing.close = seconds_since(start);
   start = std::chrono::steady_clock::now();
-  out.commit();
+  rj.commit();
   run.timing.commit = seconds_since(start);
   if (!o.timing_json.empty())
     write_dump_timing(o.timing_json, run.timing, {.records = run.written, .tokens = run.tokens,
@@ -367,10 +329,8 @@ void register_dump(CLI::App& app, GlobalOptions& g) {
   CLI::App* cmd = app.add_subcommand("dump", "Record per-layer, per-head Q/K/V, attention and nu to HDF5");
   add_model_options(*cmd, g);
   add_compute_option(*cmd, g);
-  add_prompt_options(*cmd, o->input);
-  auto* input = cmd->add_option("-i,--input", o->input_jsonl,
-                                "JSONL batch: {id, context, question, answer, spans} per line");
-  for (const char* other : {"--prompt", "--prompt-file", "--tokens"}) input->excludes(cmd->get_option(other));
+  add_prompt_options(*cmd, o->input.prompt);
+  add_jsonl_option(*cmd, o->input, "Path of a JSONL batch: {id, context, question, answer, spans} per line");
   cmd->add_option("-o,--out", o->out, "Output HDF5 file")->capture_default_str();
   cmd->add_option("--layers", o->layers, "Layers: all, or indices and ranges (0-3,10)")->capture_default_str();
   cmd->add_option("--heads", o->heads, "Query heads: all, or indices and ranges")->capture_default_str();
@@ -384,11 +344,8 @@ void register_dump(CLI::App& app, GlobalOptions& g) {
       ->transform(CLI::AsSizeValue(false))->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "Storage type of tensors")->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
-  cmd->add_option("--compress", o->compress, "gzip level (0: off)")->check(CLI::Range(0, 9))->capture_default_str();
-  cmd->add_option("--shard", o->shard,
-                  "Only records with index % N == i (i/N); default: SLURM_ARRAY_TASK_ID/COUNT when set");
-  cmd->add_flag("--force", o->force, "Replace an existing output");
-  cmd->add_flag("--resume", o->resume, "Continue an interrupted output, skipping complete records");
+  cmd->add_option("--compress", o->compress, "gzip level in [0, 9] (0: off)")->check(in_range(0, 9))->capture_default_str();
+  add_job_flags(*cmd, o->job);
   cmd->add_flag("--skip-bad", o->skip_bad, "Skip malformed JSONL lines (with a warning) instead of stopping");
   cmd->add_flag("-v,--verbose", o->verbose, "Print one line per finished record (batch logs)");
   cmd->add_option("--timing-json", o->timing_json,

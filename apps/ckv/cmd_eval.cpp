@@ -11,58 +11,43 @@
 #include "data/answer_score.h"
 #include "analysis/cache_eval.h"
 #include "common.h"
-#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/progress.h"
-#include "output/provenance.h"
 #include "core/sha256.h"
-#include "core/shard.h"
 #include "core/thread_pool.h"
 #include "output/batch_output.h"
-#include "output/dump_schema.h"
 #include "output/describe.h"
 #include "output/eval_schema.h"
-#include "method_options.h"
-#include "model/forward.h"
+#include "record_job.h"
+#include "selection_options.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
-#include "prompt_input.h"
 
 namespace ckv::app {
 namespace {
 
 struct EvalOptions {
-  std::string input;
+  JobInput input;  // --input (and --chat)
   std::string methods = "snapkv,criticalkv(snapkv),adakv(snapkv),criticalkv(adakv(snapkv))";
-  std::vector<std::string> budgets{"0.05", "0.1", "0.2", "0.4"};
+  std::string budgets = "0.05,0.1,0.2,0.4";
   std::string compress = "context";
-  std::string selection_file;
-  int64_t window = 32, kernel = 7;
-  std::string pool = "max", gqa_reduce = "mean";
-  SelectionParams params;
-  MethodOptions method_opts;
+  SelectionOptions selection;
   int64_t max_new_tokens = 32, track_steps = 0;
   std::vector<std::string> stop;
-  bool ignore_eos = false, chat = false, no_answer_space = false;
+  bool ignore_eos = false, no_answer_space = false;
   std::string out = "eval";
-  std::string shard;
-  bool force = false, resume = false;
+  JobFlags job;
 };
 
-CacheEvalSettings settings_of(const EvalOptions& o) {
+CacheEvalSettings settings_of(EvalOptions& o) {
   CacheEvalSettings s;
   s.methods = parse_methods(o.methods);
-  for (const std::string& b : o.budgets) s.budgets.push_back(parse_budget_fraction(b, "--budgets"));
-  s.params = o.params;
-  s.params.window = o.window;
-  s.params.kernel = o.kernel;
-  s.params.pool = o.pool == "avg" ? PoolKind::Avg : PoolKind::Max;
-  s.params.gqa_reduce = o.gqa_reduce == "max" ? GqaReduce::Max : GqaReduce::Mean;
-  finish_method_options(o.method_opts, s.params);
-  validate_selection_params(s.params);
-  for (const MethodSpec& m : s.methods) require_method_inputs(m, s.params, "--methods");
+  s.budgets = parse_budget_fractions(o.budgets, "--budgets");
+  finish_selection_options(o.selection);
+  s.params = o.selection.params;
+  for (const MethodSpec& m : s.methods) require_method_inputs(m, o.selection, "--methods");
   s.compress_prompt = o.compress == "prompt";
-  s.selection_file = o.selection_file;
+  s.selection_file = o.selection.selection_file;
   s.max_new_tokens = o.max_new_tokens;
   s.track_steps = o.track_steps;
   s.stop_strings = o.stop;
@@ -74,20 +59,12 @@ CacheEvalSettings settings_of(const EvalOptions& o) {
 nlohmann::json settings_json(const EvalOptions& o, const CacheEvalSettings& s) {
   std::vector<std::string> methods;
   for (const MethodSpec& m : s.methods) methods.push_back(m.name());
-  return {{"methods", methods},        {"budgets", s.budgets},           {"compress", o.compress},
-          {"selection_file", o.selection_file}, {"window", o.window},   {"kernel", o.kernel},
-          {"pool", o.pool},            {"gqa_reduce", o.gqa_reduce},     {"sinks", o.params.sinks},
-          {"h2o_rows", o.params.h2o_rows}, {"alpha", o.params.alpha},   {"eps", o.params.eps},
-          {"alpha_safe", o.params.alpha_safe}, {"defensive_kernel", o.params.defensive_kernel},
-          {"defensive_share", o.method_opts.defensive_share}, {"defensive_nu", o.method_opts.defensive_nu},
-          {"pyramid_beta", o.params.pyramid_beta}, {"duo_pattern", o.method_opts.duo_pattern},
-          {"duo_sink", o.params.duo_sink}, {"duo_recent", o.params.duo_recent},
-          {"headkv_profile", o.method_opts.headkv_profile}, {"obcache_score", o.method_opts.obcache_score},
-          {"ea_future", o.params.ea_future}, {"ea_sinks", o.params.ea_sinks}, {"ea_epsilon", o.params.ea_epsilon},
-          {"ea_covariance", o.params.ea_covariance}, {"ea_vnorm", o.params.ea_vnorm},
-          {"headkv_beta", o.params.headkv_beta}, {"headkv_temp", o.params.headkv_temp},
-          {"max_new_tokens", o.max_new_tokens}, {"track_steps", o.track_steps}, {"stop", o.stop},     {"ignore_eos", o.ignore_eos},
-          {"chat", o.chat},            {"answer_space", !o.no_answer_space}};
+  nlohmann::json j = selection_settings(o.selection);
+  j.update({{"methods", methods}, {"budgets", s.budgets}, {"compress", o.compress},
+            {"max_new_tokens", o.max_new_tokens}, {"track_steps", o.track_steps}, {"stop", o.stop},
+            {"ignore_eos", o.ignore_eos},
+            {"chat", o.input.prompt.chat}, {"answer_space", !o.no_answer_space}});
+  return j;
 }
 
 void print_record(const EvalRecord& r) {
@@ -103,85 +80,67 @@ void print_record(const EvalRecord& r) {
   }
 }
 
-void run_eval(const EvalOptions& o, const GlobalOptions& g) {
-  namespace fs = std::filesystem;
+// One record: the full cache and every method x budget, decoded and scored.
+EvalRecord evaluate(const EvalOptions& o, RecordJob& rj, const CacheEvalSettings& settings, ThreadPool& pool,
+                    const JobRecord& jr) {
+  const Model& model = rj.model();
+  const InputRecord& r = *jr.input;
+  EvalRecord rec;
+  rec.id = r.id;
+  rec.index = r.index;
+  rec.task = r.task;
+  rec.answers = r.answers;
+  rec.prompt = jr.prompt.tokens;
+  rec.prompt_text = token_texts(model.tokenizer.get(), jr.prompt.tokens);
+  rec.decoded_text = [&model](const std::vector<int32_t>& ids) { return token_texts(model.tokenizer.get(), ids); };
+  rec.answer_ids = answer_token_ids(r, *model.tokenizer, !o.no_answer_space);
+  rec.result = evaluate_with_cache(rj.forward(), model,
+                                   {.id = r.id, .prompt = jr.prompt.tokens, .context_end = jr.prompt.context_end,
+                                    .answer_ids = rec.answer_ids},
+                                   settings, pool);
+  if (r.task != AnswerTask::None) {
+    rec.scores.push_back(score_answer(r.task, rec.result.full.decoded.text, r.answers));
+    for (const CacheEvalRun& run : rec.result.runs) rec.scores.push_back(score_answer(r.task, run.decoded.text, r.answers));
+  }
+  return rec;
+}
+
+void run_eval(EvalOptions& o, const GlobalOptions& g) {
   const CacheEvalSettings settings = settings_of(o);
-  const Shard shard = Shard::resolve(o.shard);
-  const fs::path h5_path = o.out + ".h5", csv_path = o.out + ".csv", json_path = o.out + ".json";
-  for (const fs::path& p : {h5_path, csv_path, json_path}) AtomicOutput::check(p, {.force = o.force, .resume = o.resume});
-  Model model = load_model(g.model_path());
+  RecordJob rj(g, o.job, o.input, {o.out + ".h5", o.out + ".csv", o.out + ".json"});
+  rj.load();
+  const Model& model = rj.model();
   if (!model.tokenizer) fail<InputError>("{}: ckv eval needs a model with a tokenizer", model.source.path.string());
-  const std::string sha = model_sha256(model.source.path);
-  // Built before the provenance: its context is the device that runs the pass.
-  Forward fwd(model, g.forward_options());
-  Provenance prov = g.provenance(fwd.context().device_string());
-  prov.set("model_path", model.source.path.string());
-  prov.set("model_sha256", sha);
-  prov.set("input_file", o.input);
-  prov.set("input_sha256", sha256_file(o.input));
-  const int64_t input_records = count_input_records(o.input);
-  set_shard_provenance(prov, shard, input_records);
+  const int64_t input_records = count_input_records(o.input.jsonl);
+  rj.describe_input(o.input.jsonl, sha256_file(o.input.jsonl), input_records);
   const nlohmann::json js = settings_json(o, settings);
-  if (o.resume)
-    check_output_to_resume(h5_path, {.schema = kEvalSchema, .schema_version = kEvalSchemaVersion, .kind = "",
-                                     .model_sha256 = sha, .input_sha256 = prov.find("input_sha256")->get<std::string>(),
-                                     .settings = js, .command_line = prov.command_line, .shard = shard});
-  const AtomicOutputOptions opt{.force = o.force, .resume = o.resume};
-  AtomicOutput h5_out(h5_path, opt);
-  restart_headerless(h5_out);
-  AtomicOutput csv_out(csv_path, opt), json_out(json_path, opt);
+  rj.open(kEvalSchema, kEvalSchemaVersion, "", js);
   std::vector<std::string> method_names;
   for (const MethodSpec& m : settings.methods) method_names.push_back(m.name());
-  EvalFile file = h5_out.continuing() ? EvalFile::resume(h5_out.partial_path(), prov.command_line)
-                                      : EvalFile::create(h5_out.partial_path(), prov, js, method_names,
-                                                         settings.budgets, model.config);
-  const std::set<std::string> done = file.complete_records();
+  EvalFile file = rj.continuing() ? EvalFile::resume(rj.partial(), rj.provenance().command_line)
+                                  : EvalFile::create(rj.partial(), rj.provenance(), js, method_names, settings.budgets,
+                                                     model.config);
   ThreadPool pool(g.resolved_threads());
-  int64_t written = 0, skipped = 0;
-  Progress progress("eval", shard.is_whole() ? input_records : 0, "records", g.progress_mode());
-  try {
-    skipped = for_each_input_record(o.input, shard, done, *model.tokenizer, o.chat, [&](const InputRecord& r, RecordPrompt& p) {
-      EvalRecord rec;
-      rec.id = r.id;
-      rec.index = r.index;
-      rec.task = r.task;
-      rec.answers = r.answers;
-      rec.prompt = p.tokens;
-      rec.prompt_text = token_texts(model.tokenizer.get(), p.tokens);
-      rec.decoded_text = [&](const std::vector<int32_t>& ids) { return token_texts(model.tokenizer.get(), ids); };
-      rec.answer_ids = answer_token_ids(r, *model.tokenizer, !o.no_answer_space);
-      rec.result = evaluate_with_cache(fwd, model,
-                                       {.id = r.id, .prompt = p.tokens, .context_end = p.context_end,
-                                        .answer_ids = rec.answer_ids},
-                                       settings, pool);
-      if (r.task != AnswerTask::None) {
-        rec.scores.push_back(score_answer(r.task, rec.result.full.decoded.text, r.answers));
-        for (const CacheEvalRun& run : rec.result.runs)
-          rec.scores.push_back(score_answer(r.task, run.decoded.text, r.answers));
-      }
+  Progress progress("eval", rj.shard().is_whole() ? input_records : 0, "records", g.progress_mode());
+  const int64_t skipped = rj.guarded([&] {
+    const int64_t s = rj.for_each_record(file.complete_records(), nullptr, [&](JobRecord& jr) {
+      const EvalRecord rec = evaluate(o, rj, settings, pool, jr);
       file.write_record(rec);
-      ++written;
+      rj.written();
       progress.advance();
       if (!g.quiet && !progress.enabled()) print_record(rec);
     });
     progress.finish();
-    if (shard.is_whole() && written + skipped == 0) fail<InputError>("{}: no record to evaluate", o.input);
-  } catch (...) {
-    if (!h5_out.continuing() && written == 0) {
-      file.close();
-      fs::remove(h5_out.partial_path());
-    }
-    throw;
-  }
+    if (rj.shard().is_whole() && rj.written_count() + s == 0) fail<InputError>("{}: no record to evaluate", o.input.jsonl);
+    return s;
+  });
   file.close();
-  write_eval_summaries(h5_out.partial_path(), csv_out.partial_path(), json_out.partial_path());
-  h5_out.commit();
-  csv_out.commit();
-  json_out.commit();
+  write_eval_summaries(rj.partial(0), rj.partial(1), rj.partial(2));
+  rj.commit();
   if (!g.quiet) {
-    fmt::print("{}", eval_table(eval_summary(read_eval_rows(h5_path))));
+    fmt::print("{}", eval_table(eval_summary(read_eval_rows(o.out + ".h5"))));
     fmt::print("\nwrote {0}.h5, {0}.csv, {0}.json: {1} records evaluated, {2} already complete (shard {3})\n", o.out,
-               written, skipped, shard.to_string());
+               rj.written_count(), skipped, rj.shard().to_string());
   }
 }
 
@@ -192,43 +151,29 @@ void register_eval(CLI::App& app, GlobalOptions& g) {
   CLI::App* cmd = app.add_subcommand("eval", "Answers under eviction with a KV cache, scored, beside the perturbation");
   add_model_options(*cmd, g);
   add_compute_option(*cmd, g);
-  cmd->add_option("-i,--input", o->input, "JSONL batch: {id, context, question, answer(s), task} per line")
+  cmd->add_option("-i,--input", o->input.jsonl, "Path of a JSONL batch: {id, context, question, answer(s), task} per line")
       ->required()->check(CLI::ExistingFile);
-  cmd->add_option("--methods", o->methods, "Selection methods, as `ckv bound --methods`")->capture_default_str();
-  cmd->add_option("--budgets", o->budgets, "Kept fractions of the evictable entries, in (0, 1)")
-      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--methods", o->methods, "Selection methods, a comma list as `ckv bound --methods`")->capture_default_str();
+  cmd->add_option("--budgets", o->budgets,
+                  "Budgets: fractions of the evictable context in (0, 1), comma separated, each 0.2 or 20% "
+                  "(1, the full cache, is always evaluated)")->capture_default_str();
   cmd->add_option("--compress", o->compress,
                   "Evictable entries: context (the question is fed after compression, kvpress's pipeline) or "
                   "prompt (the whole prompt, the question inside the snapkv window)")
       ->check(CLI::IsMember({"context", "prompt"}))->capture_default_str();
-  cmd->add_option("--selection-file", o->selection_file, "Kept/evicted sets for the 'file' method (docs/MASK.md)");
-  cmd->add_option("--window", o->window, "snapkv observation window")->capture_default_str();
-  cmd->add_option("--kernel", o->kernel, "snapkv pooling kernel (odd)")->capture_default_str();
-  cmd->add_option("--pool", o->pool, "snapkv pooling")->check(CLI::IsMember({"max", "avg"}))->capture_default_str();
-  cmd->add_option("--gqa-reduce", o->gqa_reduce, "Reduction of a KV head's query-head scores and nu")
-      ->check(CLI::IsMember({"mean", "max"}))->capture_default_str();
-  cmd->add_option("--sinks", o->params.sinks, "streaming: sink entries kept at the start")->capture_default_str();
-  cmd->add_option("--h2o-rows", o->params.h2o_rows, "h2o: accumulated attention of the last N context queries")
-      ->capture_default_str();
-  cmd->add_option("--eps", o->params.eps, "criticalkv stage-2 offset")->capture_default_str();
-  cmd->add_option("--alpha-safe", o->params.alpha_safe, "adakv: share of the budget every head keeps")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  add_method_options(*cmd, o->method_opts, o->params);
-  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Greedy tokens per answer at most")->capture_default_str();
+  add_selection_options(*cmd, o->selection);
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Greedy tokens per answer at most, a count >= 1")->capture_default_str();
   cmd->add_option("--track-steps", o->track_steps,
-                  "N: follow the perturbation along the answer: the full cache's first N answer tokens are "
-                  "teacher-forced over every cache, and each step's per-head L1/L2, theta_hat and next-token KL "
-                  "stored (docs/EVAL.md \"Along the answer\"); 0: off")
+                  "N, a count in [0, --max-new-tokens]: follow the perturbation along the answer: the full cache's "
+                  "first N answer tokens are teacher-forced over every cache, and each step's per-head L1/L2, "
+                  "theta_hat and next-token KL stored (docs/EVAL.md \"Along the answer\"); 0: off")
       ->capture_default_str();
   cmd->add_option("--stop", o->stop, "Stop an answer once it contains this string (repeatable)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Generate past the end-of-sequence token");
-  cmd->add_flag("--chat", o->chat, "Wrap each record's context and question in the model's chat template");
+  cmd->add_flag("--chat", o->input.prompt.chat, "Wrap each record's context and question in the model's chat template");
   cmd->add_flag("--no-answer-space", o->no_answer_space, "Do not prefix the reference answer with a space for log p");
   cmd->add_option("-o,--out", o->out, "Output prefix: PREFIX.h5, PREFIX.csv, PREFIX.json")->capture_default_str();
-  cmd->add_option("--shard", o->shard,
-                  "Only records with index % N == i (i/N) of --input; default: SLURM_ARRAY_TASK_ID/COUNT when set");
-  cmd->add_flag("--force", o->force, "Replace existing outputs");
-  cmd->add_flag("--resume", o->resume, "Continue an interrupted output, skipping complete records");
+  add_job_flags(*cmd, o->job);
   cmd->callback([o, &g] { run_eval(*o, g); });
 }
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "flag_rules.h"
 #include "core/error.h"
 #include "model/decode.h"
 #include "model/forward.h"
@@ -227,15 +228,16 @@ void register_forward(CLI::App& app, GlobalOptions& g) {
   add_compute_option(*cmd, g);
   add_prompt_options(*cmd, o->input);
   cmd->add_option("-n,--generate,--max-new-tokens", o->generate,
-                  "Greedy tokens to generate over the KV cache (stops earlier at EOS or a --stop string)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+                  "Greedy tokens to generate over the KV cache, a count >= 0 (stops earlier at EOS or a --stop string)")
+      ->capture_default_str()->check(at_least(0));
   cmd->add_option("--stop", o->stop, "Stop generating once the text contains this string (repeatable)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Generate past the end-of-sequence token (benchmarks)");
-  cmd->add_option("--top", o->top, "Candidates shown for the next token")->capture_default_str();
-  cmd->add_option("--repeats", o->repeats, "Prefill repetitions (with --timing-json)")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--top", o->top, "Candidates shown for the next token, a count >= 0")->check(at_least(0))
+      ->capture_default_str();
+  cmd->add_option("--repeats", o->repeats, "Prefill repetitions (with --timing-json), a count >= 1")
+      ->check(at_least(1));
   cmd->add_flag("--timing-json", o->timing_json,
-                "Only time the prefill --repeats times, then --generate tokens of decoding (EOS "
+                "Print timings as JSON on stdout instead of the report (a switch; `ckv dump --timing-json` takes a path): only time the prefill --repeats times, then --generate tokens of decoding (EOS "
                 "ignored), and print JSON (for benchmarks)");
   cmd->add_flag("--record-all", o->record_all,
                 "With --timing-json: record Q/K/V, the last attention row and the residual of "

@@ -104,7 +104,11 @@ void print_model_text(const Model& m) {
 
 void run_info(const InfoOptions& o, const GlobalOptions& g) {
   std::string path = o.path.empty() ? g.model_path() : o.path;
-  if (std::filesystem::path(path).extension() == ".h5") return info_dump(path, o.json);
+  const std::string ext = std::filesystem::path(path).extension().string();
+  if (ext == ".h5") return info_dump(path, o.json);
+  if (ext == ".json" || ext == ".jsonl" || ext == ".csv" || ext == ".txt" || ext == ".tsv")
+    fail<UsageError>("{}: not a model nor a ckv output file: `ckv info` describes a .gguf file, an HF safetensors "
+                     "directory or a ckv .h5 file", path);
   Model m = load_model(path);
   if (o.json) {
     fmt::print("{}\n", model_json(m).dump(2));

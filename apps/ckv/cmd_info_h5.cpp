@@ -64,6 +64,22 @@ void add_sizes(const h5::Group& g, const std::string& kind_prefix, std::map<std:
   }
 }
 
+// The sizes into j["size_per_kind"]; with --json, prints `j` and returns true.
+bool put_sizes_and_print_json(nlohmann::ordered_json& j, const std::map<std::string, KindSize>& sizes, bool json) {
+  nlohmann::ordered_json kinds;
+  for (const auto& [kind, s] : sizes)
+    kinds[kind] = {{"datasets", s.datasets}, {"bytes", s.bytes}, {"raw_bytes", s.raw_bytes}};
+  j["size_per_kind"] = kinds;
+  if (json) fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));  // text from the file may be invalid UTF-8
+  return json;
+}
+
+void print_sizes(std::string_view what, const std::map<std::string, KindSize>& sizes) {
+  fmt::print("size per {} kind:\n", what);
+  for (const auto& [kind, s] : sizes)
+    fmt::print("  {:<22} {:>6} datasets  {:>10}  (raw {})\n", kind, s.datasets, human(s.bytes), human(s.raw_bytes));
+}
+
 std::string shape_text(const h5::Dataset& ds) {
   std::vector<std::string> parts;
   const auto dims = ds.dims();
@@ -115,14 +131,7 @@ void info_output(const std::string& path, const h5::File& f, const OutputSummary
   }
   j["records"] = {{"count", summary.records}, {"complete", summary.complete}, {"incomplete", incomplete}};
   j["shapes"] = shapes;
-  nlohmann::ordered_json kinds;
-  for (const auto& [kind, s] : sizes)
-    kinds[kind] = {{"datasets", s.datasets}, {"bytes", s.bytes}, {"raw_bytes", s.raw_bytes}};
-  j["size_per_kind"] = kinds;
-  if (json) {
-    fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));  // text from the file may be invalid UTF-8
-    return;
-  }
+  if (put_sizes_and_print_json(j, sizes, json)) return;
   const std::string what = summary.schema == "ckv.mask" ? "mask" : summary.kind;
   fmt::print("{:<13} {} ({}, schema {} version {})\n", what, path, human(j["size_bytes"].get<int64_t>()),
              summary.schema, j["schema_version"].get<int64_t>());
@@ -140,9 +149,40 @@ void info_output(const std::string& path, const h5::File& f, const OutputSummary
     for (const auto& [name, text] : shapes.items())
       if (name != "example_record") fmt::print("  {:<22} {}\n", name, text.get<std::string>());
   }
-  fmt::print("size per dataset kind:\n");
-  for (const auto& [kind, s] : sizes)
-    fmt::print("  {:<22} {:>6} datasets  {:>10}  (raw {})\n", kind, s.datasets, human(s.bytes), human(s.raw_bytes));
+  print_sizes("dataset", sizes);
+}
+
+// The text form of `ckv info DUMP.h5`: the JSON form `j`, line by line.
+void print_dump_text(const std::string& path, const nlohmann::ordered_json& j,
+                     const std::map<std::string, KindSize>& sizes) {
+  fmt::print("dump          {} ({}, schema {})\n", path, human(j.at("size_bytes").get<int64_t>()),
+             j.at("schema_version").get<int64_t>());
+  for (const auto& [key, value] : j.at("provenance").items())
+    fmt::print("{:<13} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  if (j.contains("resumed")) fmt::print("{:<13} {} time(s)\n", "resumed", j.at("resumed").size());
+  const auto& mj = j.at("model");
+  fmt::print("model         {}: {} layers, {} heads / {} KV, d_head {}, d_model {}, vocab {}\n",
+             mj["arch"].get<std::string>(), mj["n_layer"].get<int64_t>(), mj["n_head"].get<int64_t>(),
+             mj["n_kv_head"].get<int64_t>(), mj["d_head"].get<int64_t>(), mj["d_model"].get<int64_t>(),
+             mj["vocab"].get<int64_t>());
+  const auto& st = j.at("settings");
+  fmt::print("recorded      {}; {} layers; heads {}; attn rows {} (window {}); compression {}\n",
+             st["what"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), st["layers"].size(),
+             st["heads"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), st["attn_rows"].get<std::string>(),
+             st["window"].get<int64_t>(), st["compression"].get<int64_t>());
+  const auto incomplete = j.at("records").at("incomplete").get<std::vector<std::string>>();
+  fmt::print("records       {} ({} complete{}), tokens min {} / median {} / max {}\n",
+             j.at("records").at("count").get<size_t>(), j.at("records").at("complete").get<size_t>(),
+             incomplete.empty() ? "" : fmt::format(", incomplete: {}", fmt::join(incomplete, " ")),
+             j.at("records").at("tokens_min").get<int64_t>(), j.at("records").at("tokens_median").get<int64_t>(),
+             j.at("records").at("tokens_max").get<int64_t>());
+  const auto& shapes = j.at("shapes");
+  if (!shapes.empty()) {
+    fmt::print("shapes (record \"{}\"):\n", shapes.at("example_record").get<std::string>());
+    for (const auto& [name, text] : shapes.items())
+      if (name != "example_record") fmt::print("  {:<22} {}\n", name, text.get<std::string>());
+  }
+  print_sizes("tensor", sizes);
 }
 
 }  // namespace
@@ -199,43 +239,9 @@ void info_dump(const std::string& path, bool json) {
                   {"tokens_median", lengths.empty() ? 0 : lengths[lengths.size() / 2]},
                   {"tokens_max", lengths.empty() ? 0 : lengths.back()}};
   j["shapes"] = shapes;
-  nlohmann::ordered_json kinds;
-  for (const auto& [kind, s] : sizes)
-    kinds[kind] = {{"datasets", s.datasets}, {"bytes", s.bytes}, {"raw_bytes", s.raw_bytes}};
-  j["size_per_kind"] = kinds;
-  if (json) {
-    fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));  // text from the file may be invalid UTF-8
-    return;
-  }
+  if (put_sizes_and_print_json(j, sizes, json)) return;
 
-  fmt::print("dump          {} ({}, schema {})\n", path, human(j["size_bytes"].get<int64_t>()),
-             j["schema_version"].get<int64_t>());
-  for (const auto& [key, value] : prov.items())
-    fmt::print("{:<13} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  if (j.contains("resumed")) fmt::print("{:<13} {} time(s)\n", "resumed", j["resumed"].size());
-  const auto& mj = j["model"];
-  fmt::print("model         {}: {} layers, {} heads / {} KV, d_head {}, d_model {}, vocab {}\n",
-             mj["arch"].get<std::string>(), mj["n_layer"].get<int64_t>(), mj["n_head"].get<int64_t>(),
-             mj["n_kv_head"].get<int64_t>(), mj["d_head"].get<int64_t>(), mj["d_model"].get<int64_t>(),
-             mj["vocab"].get<int64_t>());
-  const auto& st = j["settings"];
-  fmt::print("recorded      {}; {} layers; heads {}; attn rows {} (window {}); compression {}\n",
-             st["what"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), st["layers"].size(),
-             st["heads"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), st["attn_rows"].get<std::string>(),
-             st["window"].get<int64_t>(), st["compression"].get<int64_t>());
-  fmt::print("records       {} ({} complete{}), tokens min {} / median {} / max {}\n", ids.size(),
-             ids.size() - incomplete.size(),
-             incomplete.empty() ? "" : fmt::format(", incomplete: {}", fmt::join(incomplete, " ")),
-             j["records"]["tokens_min"].get<int64_t>(), j["records"]["tokens_median"].get<int64_t>(),
-             j["records"]["tokens_max"].get<int64_t>());
-  if (!shapes.empty()) {
-    fmt::print("shapes (record \"{}\"):\n", shapes["example_record"].get<std::string>());
-    for (const auto& [name, text] : shapes.items())
-      if (name != "example_record") fmt::print("  {:<22} {}\n", name, text.get<std::string>());
-  }
-  fmt::print("size per tensor kind:\n");
-  for (const auto& [kind, s] : sizes)
-    fmt::print("  {:<22} {:>6} datasets  {:>10}  (raw {})\n", kind, s.datasets, human(s.bytes), human(s.raw_bytes));
+  print_dump_text(path, j, sizes);
 }
 
 }  // namespace ckv::app

@@ -5,35 +5,31 @@
 // continuation under the same eviction at the end.
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <fstream>
 #include <optional>
 #include <set>
 
 #include <fmt/format.h>
 
-#include "core/input_file.h"
 #include "analysis/layer_allocation.h"
 #include "analysis/mask_metrics.h"
 #include "analysis/mask_plan.h"
 #include "analysis/placebo.h"
 #include "common.h"
-#include "core/atomic_file.h"
+#include "flag_rules.h"
 #include "core/error.h"
-#include "output/provenance.h"
-#include "core/sha256.h"
-#include "core/shard.h"
 #include "core/thread_pool.h"
-#include "output/batch_output.h"
-#include "output/dump_schema.h"
 #include "output/describe.h"
+#include "output/dump_schema.h"
 #include "output/mask_schema.h"
 #include "data/records.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "mask_report.h"
-#include "method_options.h"
-#include "prompt_input.h"
+#include "record_job.h"
+#include "selection_options.h"
 
 namespace ckv::app {
 namespace {
@@ -45,24 +41,20 @@ constexpr const char* kQuestion = " Question: In which city is the Colosseum? An
 constexpr const char* kAnswer = "Rome";
 
 struct MaskOptions {
-  PromptOptions input;
-  std::string input_jsonl, question, answer;
+  JobInput input;            // the prompt flags, --input, --question, --answer
   int64_t context_end = -1;  // with --tokens
-  std::string spans, span_name, selection_file, method, budget;
+  std::string spans, span_name, method, budget;
   int64_t keep = 0;  // --keep N: kept entries per KV head, instead of --budget
   bool keep_given = false;
   std::string compare;  // --compare: a second method at the same budget, run beside --method
-  int64_t window = 32, kernel = 7;
-  std::string pool = "max";
-  SelectionParams params;   // --defensive-kernel
-  MethodOptions method_opts;  // --defensive-share, --defensive-nu
+  SelectionOptions selection;  // --selection-file is a target here
   std::string layers = "all", heads = "all";
-  int64_t sinks = 4, placebo = 0, generate = 0;
+  int64_t placebo = 0, generate = 0;
   double match_tol = 0.25;
   uint64_t seed = 0;
-  bool verify_physical = false, force = false, resume = false, no_answer_space = false;
+  bool verify_physical = false, no_answer_space = false;
   std::string out = "mask.h5", csv;
-  std::string shard;  // --shard i/N; empty: Slurm array variables, else 0/1
+  JobFlags job;
 };
 
 struct Prepared {
@@ -73,18 +65,6 @@ struct Prepared {
   std::optional<std::string> answer;
   NamedSpans spans;
 };
-
-// --window/--kernel/--pool/--sinks as the selection methods read them (checked by the same
-// validator as `ckv bound`'s).
-SelectionParams selection_params(const MaskOptions& o) {
-  SelectionParams sp = o.params;
-  finish_method_options(o.method_opts, sp);
-  sp.window = o.window;
-  sp.kernel = o.kernel;
-  sp.pool = o.pool == "avg" ? PoolKind::Avg : PoolKind::Max;
-  sp.sinks = o.sinks;
-  return sp;
-}
 
 std::string budget_text(const MaskOptions& o) {
   return o.budget.empty() ? fmt::format("keep {}", o.keep) : "budget " + o.budget;
@@ -147,36 +127,7 @@ class MaskJob {
 
     const std::vector<int64_t> layers = parse_index_list(o_.layers, cf.n_layer, "--layers");
     const std::vector<int64_t> kv_heads = parse_index_list(o_.heads, cf.n_kv_head, "--heads");
-    MaskRun target;
-    target.name = "target";
-    method_.reset();
-    compare_.reset();
-    if (!o_.method.empty()) {
-      target.source = fmt::format("method {} {}", o_.method, budget_text(o_));
-      target.plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, p.c, prompt_len);
-      method_ = MethodMask{.method = MethodSpec::parse(o_.method), .budget = mask_budget(o_.budget, o_.keep, p.c),
-                           .params = selection_params(o_), .c = p.c, .eval_rows = rec.eval_rows, .layers = layers, .kv_heads = kv_heads,
-                           .pool = &pool_, .layer_totals = {}};
-      if (!o_.compare.empty()) {
-        compare_ = method_;
-        compare_->method = MethodSpec::parse(o_.compare);
-      }
-      for (std::optional<MethodMask>* m : {&method_, &compare_})
-        if (*m && (*m)->method.layer_global()) (*m)->layer_totals = layer_totals(rec.tokens, p.c, **m);
-    } else if (!o_.selection_file.empty()) {
-      target.source = "selection-file " + o_.selection_file;
-      target.plan = plan_from_selection_file(o_.selection_file, p.c, prompt_len, layers, kv_heads, cf.n_layer, cf.n_kv_head);
-    } else {
-      if (!o_.spans.empty()) {
-        target.source = "spans " + o_.spans;
-        target.spans = parse_spans(o_.spans, "--spans");
-      } else {
-        target.source = "span-name " + o_.span_name;
-        target.spans = named_spans(p.spans, o_.span_name, who);
-      }
-      target.plan = plan_from_spans(target.spans, p.c, prompt_len, layers, kv_heads, cf.n_layer, cf.n_kv_head,
-                                    o_.spans.empty() ? fmt::format("{} span \"{}\"", who, o_.span_name) : "--spans");
-    }
+    MaskRun target = target_run(p, rec, layers, kv_heads);
     measure(rec, full, full_out, answer_ids, logit_rows, target, o_.generate > 0);
     rec.runs.push_back(std::move(target));
     if (compare_) {
@@ -195,6 +146,46 @@ class MaskJob {
   }
 
  private:
+  // The target eviction: by --method (selected inside the masked pass; method_ and compare_
+  // set for measure), by --selection-file, or by --spans / --span-name.
+  MaskRun target_run(const Prepared& p, const MaskRecord& rec, const std::vector<int64_t>& layers,
+                     const std::vector<int64_t>& kv_heads) {
+    const ModelConfig& cf = model_.config;
+    const int64_t prompt_len = rec.prompt_len;
+    const std::string who = fmt::format("record \"{}\"", p.id);
+    MaskRun target;
+    target.name = "target";
+    method_.reset();
+    compare_.reset();
+    if (!o_.method.empty()) {
+      target.source = fmt::format("method {} {}", o_.method, budget_text(o_));
+      target.plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, p.c, prompt_len);
+      method_ = MethodMask{.method = MethodSpec::parse(o_.method), .budget = mask_budget(o_.budget, o_.keep, p.c),
+                           .params = o_.selection.params, .c = p.c, .eval_rows = rec.eval_rows, .layers = layers, .kv_heads = kv_heads,
+                           .pool = &pool_, .layer_totals = {}};
+      if (!o_.compare.empty()) {
+        compare_ = method_;
+        compare_->method = MethodSpec::parse(o_.compare);
+      }
+      for (std::optional<MethodMask>* m : {&method_, &compare_})
+        if (*m && (*m)->method.layer_global()) (*m)->layer_totals = layer_totals(rec.tokens, p.c, **m);
+    } else if (!o_.selection.selection_file.empty()) {
+      target.source = "selection-file " + o_.selection.selection_file;
+      target.plan = plan_from_selection_file(o_.selection.selection_file, p.c, prompt_len, layers, kv_heads, cf.n_layer, cf.n_kv_head);
+    } else {
+      if (!o_.spans.empty()) {
+        target.source = "spans " + o_.spans;
+        target.spans = parse_spans(o_.spans, "--spans");
+      } else {
+        target.source = "span-name " + o_.span_name;
+        target.spans = named_spans(p.spans, o_.span_name, who);
+      }
+      target.plan = plan_from_spans(target.spans, p.c, prompt_len, layers, kv_heads, cf.n_layer, cf.n_kv_head,
+                                    o_.spans.empty() ? fmt::format("{} span \"{}\"", who, o_.span_name) : "--spans");
+    }
+    return target;
+  }
+
   // A layer-global method's per-layer totals: an unmasked pre-pass over the context (whose
   // rows are the same in the masked pass) collects every layer's scores.
   std::map<int64_t, int64_t> layer_totals(const std::vector<int32_t>& tokens, int64_t c, const MethodMask& m) {
@@ -229,7 +220,7 @@ class MaskJob {
     if (method_ && run.name == "target") req.layer_mask = method_mask_source(cf, model_.weights, *method_, &run.plan);
     if (compare_ && run.name == "compare") req.layer_mask = method_mask_source(cf, model_.weights, *compare_, &run.plan);
     const ForwardResult out = fwd_.run(rec.tokens, req);
-    run.metrics = compare_runs(full, masked, run.plan, {.sinks = o_.sinks});
+    run.metrics = compare_runs(full, masked, run.plan, {.sinks = o_.selection.params.sinks});
     const auto vocab = static_cast<size_t>(cf.vocab);
     run.next = next_token(full_out.logits.span().first(vocab), out.logits.span().first(vocab));
     run.logits_last.assign(out.logits.span().begin(), out.logits.span().begin() + static_cast<long>(vocab));
@@ -277,7 +268,7 @@ class MaskJob {
       for (int64_t g = 0; g < target.plan.n_kv_head && length == 0; ++g)
         length = static_cast<int64_t>(target.plan.at(l, g).size());
     const std::vector<double> w = delta_theta_weights(full, layers, kv_heads);
-    const PlaceboResult found = draw_placebos(w, {.length = length, .c = rec.c, .sinks = o_.sinks,
+    const PlaceboResult found = draw_placebos(w, {.length = length, .c = rec.c, .sinks = o_.selection.params.sinks,
                                                   .exclude = target.spans, .target = target.metrics.delta_theta_total,
                                                   .tolerance = o_.match_tol, .count = o_.placebo, .seed = o_.seed});
     rec.placebo = {{"requested", o_.placebo}, {"found", found.spans.size()}, {"candidates", found.candidates},
@@ -316,154 +307,105 @@ class MaskJob {
   ThreadPool& pool_;
 };
 
-Prepared prepare_prompt(const MaskOptions& o, const Model& model) {
-  Prepared p;
-  p.id = "0";
-  if (!o.input.tokens_file.empty()) {
-    p.prompt = prompt_tokens(o.input, model, kContext);
+// The one prompt record (id "0"): the token ids with --context-end, or the text with the
+// question and answer (the built-in example: evicting " Rome" should hurt).
+JobRecord prompt_record(const MaskOptions& o, const Model& model) {
+  const PromptOptions& in = o.input.prompt;
+  JobRecord r;
+  r.id = "0";
+  if (!in.tokens_file.empty()) {
+    r.prompt.tokens = prompt_tokens(in, model, kContext);
     if (o.context_end < 0) fail<InputError>("--tokens: give --context-end C (positions >= C are the question)");
-    p.c = o.context_end;
-    if (!o.answer.empty()) p.answer = o.answer;
-    return p;
+    r.prompt.context_end = o.context_end;
+    if (!o.input.answer.empty()) r.answer = o.input.answer;
+    return r;
   }
   if (!model.tokenizer) fail<InputError>("{}: the model has no tokenizer: use --tokens", model.source.path.string());
-  const bool builtin = o.input.prompt.empty() && o.input.prompt_file.empty();
-  std::string context = builtin ? kContext : o.input.prompt;
-  if (!o.input.prompt_file.empty()) {
-    context = read_regular_file(o.input.prompt_file, "the prompt file");
+  const bool builtin = in.prompt.empty() && in.prompt_file.empty();
+  InputRecord ir;
+  ir.id = "0";
+  ir.context = builtin ? kContext : in.prompt_file.empty() ? in.prompt : read_text_file(in.prompt_file);
+  ir.question = !o.input.question.empty() ? o.input.question : builtin ? kQuestion : "";
+  if (!o.input.answer.empty() || builtin) ir.answer = !o.input.answer.empty() ? o.input.answer : kAnswer;
+  if (builtin) {
+    const auto at = static_cast<int64_t>(std::string(kContext).find(" Rome"));
+    ir.spans["answer_evidence"] = {{at, at + 5}};
   }
-  InputRecord r;
-  r.id = "0";
-  r.context = context;
-  r.question = !o.question.empty() ? o.question : builtin ? kQuestion : "";
-  if (!o.answer.empty() || builtin) r.answer = !o.answer.empty() ? o.answer : kAnswer;
-  if (builtin) r.spans["answer_evidence"] = {{static_cast<int64_t>(std::string(kContext).find(" Rome")),
-                                              static_cast<int64_t>(std::string(kContext).find(" Rome") + 5)}};
-  RecordPrompt rp = tokenize_record(r, *model.tokenizer, o.input.chat);
-  return {.id = r.id, .index = 0, .prompt = std::move(rp.tokens), .c = rp.context_end, .answer = r.answer,
-          .spans = std::move(rp.token_spans)};
+  r.prompt = tokenize_record(ir, *model.tokenizer, in.chat);
+  r.answer = ir.answer;
+  return r;
 }
 
-// What identifies the input for --resume and `ckv merge`: the JSONL file, the prompt
-// file or tokens file, or the prompt text with the question and answer.
-std::string input_sha256(const MaskOptions& o) {
-  if (!o.input_jsonl.empty()) return sha256_file(o.input_jsonl);
-  if (!o.input.prompt_file.empty()) return sha256_file(o.input.prompt_file);
-  if (!o.input.tokens_file.empty()) return sha256_file(o.input.tokens_file);
-  return sha256_hex(o.input.prompt + "\n" + o.question + "\n" + o.answer);
-}
-
-void run_mask(const MaskOptions& o, const GlobalOptions& g) {
-  namespace fs = std::filesystem;
-  const int sources = !o.spans.empty() + !o.span_name.empty() + !o.selection_file.empty() + !o.method.empty();
+// The flags' combinations and values, before any work; throws UsageError.
+void check_mask_options(MaskOptions& o) {
+  const int sources = !o.spans.empty() + !o.span_name.empty() + !o.selection.selection_file.empty() + !o.method.empty();
   if (sources != 1)
     fail<UsageError>("mask: give exactly one of --spans, --span-name, --selection-file, --method");
   const bool budget_given = !o.budget.empty() || o.keep_given;
   if (!o.budget.empty() && o.keep_given) fail<UsageError>("mask: give --budget FRACTION or --keep N, not both");
   if (o.method.empty() != !budget_given) fail<UsageError>("mask: --method goes with --budget FRACTION or --keep N");
   if (!o.compare.empty() && o.method.empty()) fail<UsageError>("mask: --compare needs --method (it runs at the same --budget)");
-  if (!o.method.empty()) {
-    MethodSpec::parse(o.method);
-    if (!o.compare.empty()) MethodSpec::parse(o.compare);
-    if (!o.budget.empty()) parse_budget_fraction(o.budget, "--budget");
-    else check_keep(o.keep);
-  }
-  {
-    const SelectionParams check = selection_params(o);
-    validate_selection_params(check);
-    for (const std::string* m : {&o.method, &o.compare}) {
-      if (!m->empty() && MethodSpec::parse(*m).kind == MethodSpec::Kind::DuoAttention && !check.duo_pattern)
-        fail<UsageError>("--method duoattention needs --duo-pattern");
-      if (!m->empty()) require_method_inputs(MethodSpec::parse(*m), check, m == &o.method ? "--method" : "--compare");
-    }
-  }
-  const Shard shard = Shard::resolve(o.shard);
-  if (!shard.is_whole() && o.input_jsonl.empty())
-    fail<UsageError>("--shard {}: sharding needs a JSONL batch (--input)", shard.to_string());
-  // Refuse existing outputs before the model load and hashing; the real checks follow.
-  AtomicOutput::check(o.out, {.force = o.force, .resume = o.resume});
-  if (!o.csv.empty()) AtomicOutput::check(o.csv, {.force = o.force, .resume = o.resume});
-  Model model = load_model(g.model_path());
-  const std::string sha = model_sha256(model.source.path);
-  // Built before the provenance: its context is the device that runs the pass.
-  Forward fwd(model, g.forward_options());
-  Provenance prov = g.provenance(fwd.context().device_string());
-  prov.set("model_path", model.source.path.string());
-  prov.set("model_sha256", sha);
-  const std::string input_file = !o.input_jsonl.empty()        ? o.input_jsonl
-                                 : !o.input.prompt_file.empty() ? o.input.prompt_file
-                                                                : o.input.tokens_file;
-  prov.set("input_file", input_file);
-  prov.set("input_sha256", input_sha256(o));
-  set_shard_provenance(prov, shard, o.input_jsonl.empty() ? 1 : count_input_records(o.input_jsonl));
-  nlohmann::json settings = {{"spans", o.spans}, {"span_name", o.span_name}, {"selection_file", o.selection_file}, {"method", o.method}, {"compare", o.compare}, {"budget", o.budget}, {"keep", o.keep},
-                             {"defensive_kernel", o.params.defensive_kernel}, {"defensive_share", o.method_opts.defensive_share},
-                             {"defensive_nu", o.method_opts.defensive_nu}, {"pyramid_beta", o.params.pyramid_beta},
-                             {"duo_pattern", o.method_opts.duo_pattern}, {"duo_sink", o.params.duo_sink}, {"duo_recent", o.params.duo_recent},
-                             {"layers", o.layers}, {"heads", o.heads}, {"sinks", o.sinks}, {"placebo", o.placebo},
-                             {"match_tol", o.match_tol}, {"seed", o.seed}, {"generate", o.generate},
-                             {"verify_physical", o.verify_physical}};
-  if (o.resume)
-    check_output_to_resume(o.out, {.schema = kMaskSchema, .schema_version = kMaskSchemaVersion, .kind = "",
-                                   .model_sha256 = sha, .input_sha256 = input_sha256(o), .settings = settings,
-                                   .command_line = prov.command_line, .shard = shard});
-  AtomicOutput out(o.out, {.force = o.force, .resume = o.resume});
-  restart_headerless(out);
-  std::optional<AtomicOutput> csv_out;
-  if (!o.csv.empty()) csv_out.emplace(o.csv, AtomicOutputOptions{.force = o.force, .resume = o.resume});
-  MaskFile file = out.continuing() ? MaskFile::resume(out.partial_path(), prov.command_line)
-                                   : MaskFile::create(out.partial_path(), prov, settings);
-  const std::set<std::string> done = file.complete_records();
+  if (!o.spans.empty()) parse_spans(o.spans, "--spans");
+  if (!(std::isfinite(o.match_tol) && o.match_tol >= 0))
+    fail<UsageError>("--match-tol {}: must be a finite number >= 0", o.match_tol);
+  finish_selection_options(o.selection);
+  if (o.method.empty()) return;
+  if (!o.budget.empty()) parse_budget_fraction(o.budget, "--budget");
+  else check_keep(o.keep);
+  for (const std::string* m : {&o.method, &o.compare})
+    if (!m->empty()) require_method_inputs(MethodSpec::parse(*m), o.selection, m == &o.method ? "--method" : "--compare");
+}
+
+nlohmann::json mask_settings(const MaskOptions& o) {
+  nlohmann::json s = selection_settings(o.selection);
+  s.update({{"spans", o.spans}, {"span_name", o.span_name}, {"method", o.method}, {"compare", o.compare},
+            {"budget", o.budget}, {"keep", o.keep}, {"layers", o.layers}, {"heads", o.heads}, {"placebo", o.placebo},
+            {"match_tol", o.match_tol}, {"seed", o.seed}, {"generate", o.generate},
+            {"verify_physical", o.verify_physical}});
+  return s;
+}
+
+void run_mask(MaskOptions& o, const GlobalOptions& g) {
+  check_mask_options(o);
+  std::vector<std::filesystem::path> outputs{o.out};
+  if (!o.csv.empty()) outputs.emplace_back(o.csv);
+  RecordJob rj(g, o.job, o.input, outputs);
+  rj.load();
+  rj.describe_input();
+  const nlohmann::json settings = mask_settings(o);
+  rj.open(kMaskSchema, kMaskSchemaVersion, "", settings);
+  const Provenance& prov = rj.provenance();
+  MaskFile file = rj.continuing() ? MaskFile::resume(rj.partial(), prov.command_line)
+                                  : MaskFile::create(rj.partial(), prov, settings);
   ThreadPool pool(g.resolved_threads());
-  MaskJob job(o, model, fwd, pool);
-  int64_t written = 0, skipped = 0;
-  const auto handle = [&](const Prepared& p) {
-    if (done.count(p.id)) {
-      ++skipped;
-      return;
-    }
-    MaskRecord rec = job.run(p);
-    file.write_record(rec);
-    ++written;
-    if (!g.quiet) print_mask_summary(rec, o.verify_physical);
-  };
-  try {
-    if (o.input_jsonl.empty()) {
-      handle(prepare_prompt(o, model));
-    } else {
-      if (!model.tokenizer) fail<InputError>("{}: --input needs a model with a tokenizer", model.source.path.string());
-      skipped += for_each_input_record(o.input_jsonl, shard, done, *model.tokenizer, o.input.chat,
-                                       [&](const InputRecord& r, RecordPrompt& rp) {
-                                         handle({.id = r.id, .index = r.index, .prompt = std::move(rp.tokens),
-                                                 .c = rp.context_end, .answer = r.answer,
-                                                 .spans = std::move(rp.token_spans)});
-                                       });
-    }
-  } catch (...) {
-    // A run that created the file and finished no record leaves nothing to resume.
-    if (!out.continuing() && written == 0) {
-      file.close();
-      fs::remove(out.partial_path());
-    }
-    throw;
-  }
+  MaskJob job(o, rj.model(), rj.forward(), pool);
+  const int64_t skipped = rj.guarded([&] {
+    return rj.for_each_record(file.complete_records(), [&] { return prompt_record(o, rj.model()); }, [&](JobRecord& r) {
+      const MaskRecord rec = job.run({.id = r.id, .index = r.index, .prompt = std::move(r.prompt.tokens),
+                                      .c = r.prompt.context_end, .answer = r.answer,
+                                      .spans = std::move(r.prompt.token_spans)});
+      file.write_record(rec);
+      rj.written();
+      if (!g.quiet) print_mask_summary(rec, o.verify_physical);
+    });
+  });
   file.close();
-  if (csv_out) {
+  if (!o.csv.empty()) {
     // The CSV is regenerated from the whole file, so a resumed run writes every record's rows.
-    std::ofstream csv(csv_out->partial_path(), std::ios::binary | std::ios::trunc);
+    std::ofstream csv(rj.partial(1), std::ios::binary | std::ios::trunc);
     if (!csv) fail<IoError>("{}: cannot write the CSV", o.csv);
-    write_mask_csv_file(out.partial_path(), csv);
+    write_mask_csv_file(rj.partial(), csv);
     csv.close();
     if (!csv) fail<IoError>("{}: write failed", o.csv);
   }
-  out.commit();
-  if (csv_out) csv_out->commit();
+  rj.commit();
   if (const auto [asked, found] = job.placebo_counts(); found < asked)
     fmt::print(stderr, "ckv mask: note: {} of {} placebo spans found within --match-tol {} (each record's "
                "attribute \"placebo\" says how many it has); a larger --match-tol widens the match\n",
                found, asked, o.match_tol);
-  if (!g.quiet && (skipped > 0 || !shard.is_whole()))
-    fmt::print("{}: {} records written, {} already complete (shard {})\n", o.out, written, skipped, shard.to_string());
+  if (!g.quiet && (skipped > 0 || !rj.shard().is_whole()))
+    fmt::print("{}: {} records written, {} already complete (shard {})\n", o.out, rj.written_count(), skipped,
+               rj.shard().to_string());
 }
 
 }  // namespace
@@ -473,47 +415,39 @@ void register_mask(CLI::App& app, GlobalOptions& g) {
   CLI::App* cmd = app.add_subcommand("mask", "Propagated eviction by -inf logit masking, with placebo spans");
   add_model_options(*cmd, g);
   add_compute_option(*cmd, g);
-  add_prompt_options(*cmd, o->input);
-  auto* input = cmd->add_option("-i,--input", o->input_jsonl, "JSONL batch: {id, context, question, answer, spans}");
-  for (const char* other : {"--prompt", "--prompt-file", "--tokens"}) input->excludes(cmd->get_option(other));
-  cmd->add_option("--question", o->question, "Question text after --prompt (positions >= c)");
-  cmd->add_option("--answer", o->answer, "Gold answer: its log-probability is reported");
-  cmd->add_option("--context-end", o->context_end, "With --tokens: the context end c");
-  cmd->add_option("--spans", o->spans, "Evict token spans of the context: start-end half-open (120-140,300-310)");
-  cmd->add_option("--span-name", o->span_name, "Evict the record's named span (needle)");
-  cmd->add_option("--selection-file", o->selection_file, "Evict per a selection JSON (docs/MASK.md)");
+  add_prompt_options(*cmd, o->input.prompt);
+  add_jsonl_option(*cmd, o->input, "Path of a JSONL batch: {id, context, question, answer, spans} per line");
+  cmd->add_option("--question", o->input.question, "Question text after --prompt (positions >= c)");
+  cmd->add_option("--answer", o->input.answer, "Gold answer text: its log-probability is reported");
+  cmd->add_option("--context-end", o->context_end, "With --tokens: the context end c, a token position");
+  cmd->add_option("--spans", o->spans, "Evict token spans of the context: a list of half-open start-end ranges (120-140,300-310)");
+  cmd->add_option("--span-name", o->span_name, "Evict the record's span of this name (needle)");
   cmd->add_option("--method", o->method, "Evict by a selection method run in the pass: attn, snapkv, h2o, "
                   "streaming, defensivekv, layer-defensivekv, pyramidkv, duoattention, expectedattention, headkv, "
                   "obcache, adakv(X), criticalkv(X)");
   cmd->add_option("--compare", o->compare, "With --method: also evict by this method at the same --budget (a run "
                   "named 'compare') and print both per-layer perturbations side by side, e.g. --method snapkv "
                   "--compare 'criticalkv(snapkv)' (the paper's Figure 5)");
-  cmd->add_option("--budget", o->budget, "With --method: kept entries per KV head as a fraction of the context in (0, 1], as `ckv bound --budgets`");
-  cmd->add_option("--keep", o->keep, "With --method: kept entries per KV head as a count (instead of --budget)")
+  cmd->add_option("--budget", o->budget, "With --method: kept entries per KV head as a fraction of the context in (0, 1], "
+                  "0.2 or 20%, as `ckv bound --budgets`");
+  cmd->add_option("--keep", o->keep, "With --method: kept entries per KV head as a count >= 1 (instead of --budget)")
       ->each([o](const std::string&) { o->keep_given = true; });
-  cmd->add_option("--window", o->window, "snapkv observation window")->capture_default_str();
-  cmd->add_option("--kernel", o->kernel, "snapkv pooling kernel (odd)")->capture_default_str();
-  add_method_options(*cmd, o->method_opts, o->params);
-  cmd->add_option("--pool", o->pool, "snapkv pooling")->check(CLI::IsMember({"max", "avg"}))->capture_default_str();
-  cmd->add_option("--layers", o->layers, "Layers to mask: all, or indices and ranges (0-3,10)")->capture_default_str();
-  cmd->add_option("--heads", o->heads, "KV heads to mask: all, or indices and ranges")->capture_default_str();
-  cmd->add_option("--sinks", o->sinks, "Sink positions [0, sinks)")->check(CLI::NonNegativeNumber)->capture_default_str();
-  cmd->add_option("--placebo", o->placebo, "Control spans matched on length and Delta_theta")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  cmd->add_option("--match-tol", o->match_tol, "Accepted |Delta_theta ratio - 1| of a placebo")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  add_selection_options(*cmd, o->selection);
+  cmd->add_option("--layers", o->layers, "Layers to mask: all, or a list of indices and ranges (0-3,10)")->capture_default_str();
+  cmd->add_option("--heads", o->heads, "KV heads to mask: all, or a list of indices and ranges")->capture_default_str();
+  cmd->add_option("--placebo", o->placebo, "Control spans matched on length and Delta_theta, a count")
+      ->check(at_least(0))->capture_default_str();
+  cmd->add_option("--match-tol", o->match_tol, "Accepted |Delta_theta ratio - 1| of a placebo, a number >= 0")
+      ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Placebo seed (same spans on every machine)")->capture_default_str();
-  cmd->add_option("--generate", o->generate, "Greedy continuation of N tokens under the eviction")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--generate", o->generate, "Greedy continuation of N tokens under the eviction, a count >= 0")
+      ->check(at_least(0))->capture_default_str();
   cmd->add_flag("--verify-physical", o->verify_physical,
                 "Recompute every evaluation row over physically reduced K/V and report the largest difference");
   cmd->add_flag("--no-answer-space", o->no_answer_space, "Do not prefix the answer with a space before tokenising");
   cmd->add_option("-o,--out", o->out, "Output HDF5 file")->capture_default_str();
-  cmd->add_option("--csv", o->csv, "Tidy CSV of every measurement");
-  cmd->add_option("--shard", o->shard,
-                  "Only records with index % N == i (i/N) of --input; default: SLURM_ARRAY_TASK_ID/COUNT when set");
-  cmd->add_flag("--force", o->force, "Replace existing outputs (HDF5 and CSV)");
-  cmd->add_flag("--resume", o->resume, "Continue an interrupted output, skipping complete records");
+  cmd->add_option("--csv", o->csv, "Path of a tidy CSV of every measurement");
+  add_job_flags(*cmd, o->job);
   cmd->callback([o, &g] { run_mask(*o, g); });
 }
 

@@ -9,7 +9,8 @@
 
 #include "core/input_file.h"
 #include "common.h"
-#include "core/atomic_file.h"
+#include "flag_rules.h"
+#include "jsonl_output.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "data/niah.h"
@@ -48,10 +49,7 @@ std::vector<double> parse_depths(const std::string& spec) {
 }
 
 void run_niah(NiahCliOptions o, const GlobalOptions& g) {
-  // The JSONL cannot be continued: a failed or killed run's partial file is replaced (and
-  // one that fails here removes it), never offered to a --resume niah does not have.
-  const AtomicOutputOptions output_options{.force = o.force, .resumable = false};
-  if (o.out != "-") AtomicOutput::check(o.out, output_options);
+  JsonlOutput::check(o.out, o.force);
   std::string haystack = kNiahNoise;
   if (o.haystack != "noise") {
     haystack = read_regular_file(o.haystack, "the haystack file");
@@ -65,26 +63,14 @@ void run_niah(NiahCliOptions o, const GlobalOptions& g) {
     fail<UsageError>("--length {}: longer than the model's context of {} tokens ({})", o.niah.length,
                      model.context_length, g.model_path());
 
-  std::optional<AtomicOutput> out;
-  std::ofstream file;
-  if (o.out != "-") {
-    out.emplace(o.out, output_options);
-    file.open(out->partial_path(), std::ios::binary);
-    if (!file) fail<IoError>("{}: cannot be created", out->partial_path().string());
-  }
+  JsonlOutput out(o.out, o.force);
   Progress progress("niah", o.niah.count, "prompts", g.progress_mode());
   for (int64_t i = 0; i < o.niah.count; ++i) {
-    const std::string line = make_niah_record(o.niah, *tok, haystack, i).to_jsonl(o.niah) + "\n";
-    if (out) file << line;
-    else std::fwrite(line.data(), 1, line.size(), stdout);
+    out.write(make_niah_record(o.niah, *tok, haystack, i).to_jsonl(o.niah) + "\n");
     progress.advance();
   }
   progress.finish();
-  if (out) {
-    file.close();
-    if (!file) fail<IoError>("{}: write failed", out->partial_path().string());
-    out->commit();
-  }
+  out.commit();
 }
 
 }  // namespace
@@ -94,22 +80,25 @@ void register_niah(CLI::App& app, GlobalOptions& g) {
   CLI::App* cmd = app.add_subcommand("niah", "Generate RULER-style needle-in-a-haystack prompts (JSONL)");
   add_model_options(*cmd, g);
   NiahOptions& n = o->niah;
-  cmd->add_option("--length", n.length, "Target prompt length in tokens of the model's tokenizer")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--count", n.count, "Number of prompts")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--length", n.length, "Target prompt length in tokens of the model's tokenizer, a count >= 1")
+      ->check(at_least(1))->capture_default_str();
+  cmd->add_option("--count", n.count, "Number of prompts, >= 1")->check(at_least(1))->capture_default_str();
   cmd->add_option("--seed", n.seed, "Random seed (same seed, same output on any machine)")->capture_default_str();
-  cmd->add_option("--haystack", o->haystack, "noise (built in) or a text file (essay haystack)")->capture_default_str();
+  cmd->add_option("--haystack", o->haystack, "noise (built in) or the path of a text file (an essay haystack)")->capture_default_str();
   cmd->add_option("--value-type", o->value_type, "Needle values")->check(CLI::IsMember({"numbers", "uuids"}))
       ->capture_default_str();
-  cmd->add_option("--keys", n.keys, "Distinct keys in the haystack (others than the asked ones are distractor needles)")
-      ->check(CLI::Range(1, 1024))->capture_default_str();
-  cmd->add_option("--values", n.values, "Values per key (multi-value)")->check(CLI::Range(1, 1024))->capture_default_str();
-  cmd->add_option("--queries", n.queries, "Keys asked about (multi-query)")->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--keys", n.keys,
+                  "Distinct keys in the haystack, in [1, 1024] (others than the asked ones are distractor needles)")
+      ->check(in_range(1, 1024))->capture_default_str();
+  cmd->add_option("--values", n.values, "Values per key (multi-value), in [1, 1024]")->check(in_range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--queries", n.queries, "Keys asked about (multi-query), in [1, 1024]")->check(in_range(1, 1024))
+      ->capture_default_str();
   cmd->add_option("--depths", o->depths, "Depth grid of the first needle, e.g. 0,0.25,0.5,0.75,1 (record r uses "
                   "entry r mod size); default: random depths");
-  cmd->add_option("--distractors", n.distractors, "Length-matched haystack spans per needle")
-      ->check(CLI::Range(0, 100))->capture_default_str();
-  cmd->add_option("--tolerance", n.tolerance, "Allowed relative length error")->check(CLI::Range(0.0, 1.0))
+  cmd->add_option("--distractors", n.distractors, "Length-matched haystack spans per needle, in [0, 100]")
+      ->check(in_range(0, 100))->capture_default_str();
+  cmd->add_option("--tolerance", n.tolerance, "Allowed relative length error, in [0, 1]")->check(in_range(0, 1))
       ->capture_default_str();
   cmd->add_option("--id-prefix", n.id_prefix, "Record ids are <prefix>_<index>")->capture_default_str();
   cmd->add_option("-o,--out", o->out, "Output JSONL (- for stdout)")->capture_default_str();

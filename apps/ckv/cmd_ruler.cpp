@@ -7,7 +7,8 @@
 #include <fmt/format.h>
 
 #include "common.h"
-#include "core/atomic_file.h"
+#include "flag_rules.h"
+#include "jsonl_output.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
@@ -27,9 +28,7 @@ struct RulerCliOptions {
 };
 
 void run_ruler(const RulerCliOptions& o, const GlobalOptions& g) {
-  // Like `ckv niah`: the JSONL is written atomically and never continued.
-  const AtomicOutputOptions output_options{.force = o.force, .resumable = false};
-  if (o.out != "-") AtomicOutput::check(o.out, output_options);
+  JsonlOutput::check(o.out, o.force);
   std::vector<std::string_view> tasks;
   if (o.task == "all") {
     for (const RulerTask& t : ruler_tasks()) tasks.push_back(t.name);
@@ -51,13 +50,7 @@ void run_ruler(const RulerCliOptions& o, const GlobalOptions& g) {
   for (const std::string_view t : tasks)
     generators.push_back(std::make_unique<RulerGenerator>(t, o.length, o.seed, *model.tokenizer));
 
-  std::optional<AtomicOutput> out;
-  std::ofstream file;
-  if (o.out != "-") {
-    out.emplace(o.out, output_options);
-    file.open(out->partial_path(), std::ios::binary);
-    if (!file) fail<IoError>("{}: cannot be created", out->partial_path().string());
-  }
+  JsonlOutput out(o.out, o.force);
   ThreadPool pool(g.resolved_threads());
   Progress progress("ruler", static_cast<int64_t>(tasks.size()) * o.count, "prompts",
                     g.progress_mode());
@@ -70,20 +63,13 @@ void run_ruler(const RulerCliOptions& o, const GlobalOptions& g) {
         lines[static_cast<size_t>(i)] = gen->record(first + i).to_jsonl() + "\n";
       });
       for (const std::string& line : lines) {
-        if (out)
-          file << line;
-        else
-          std::fwrite(line.data(), 1, line.size(), stdout);
+        out.write(line);
         progress.advance();
       }
     }
   }
   progress.finish();
-  if (out) {
-    file.close();
-    if (!file) fail<IoError>("{}: write failed", out->partial_path().string());
-    out->commit();
-  }
+  out.commit();
 }
 
 }  // namespace
@@ -98,11 +84,11 @@ void register_ruler(CLI::App& app, GlobalOptions& g) {
                   "cwe, fwe, qa_1, qa_2, or all (the 13 in that order)")
       ->required();
   cmd->add_option("--length", o->length,
-                  "Prompt + the task's generation budget, in tokens of the model's tokenizer")
-      ->check(CLI::PositiveNumber)
+                  "Prompt + the task's generation budget, in tokens of the model's tokenizer (>= 1)")
+      ->check(at_least(1))
       ->capture_default_str();
-  cmd->add_option("--count", o->count, "Records per task")
-      ->check(CLI::PositiveNumber)
+  cmd->add_option("--count", o->count, "Records per task, >= 1")
+      ->check(at_least(1))
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed (same seed, same output on any machine)")
       ->capture_default_str();

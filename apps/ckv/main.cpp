@@ -13,6 +13,7 @@
 #include <fmt/core.h>
 
 #include "common.h"
+#include "flag_rules.h"
 #include "core/error.h"
 #include "model/model.h"
 #include "ckv/version.h"
@@ -109,11 +110,12 @@ void add_device_option(CLI::App& cmd, GlobalOptions& g) {
 
 void add_model_options(CLI::App& cmd, GlobalOptions& g) {
   cmd.add_option("-m,--model", g.model,
-                 "Model: a .gguf file or an HF safetensors directory (default: the embedded "
-                 "SmolLM2-135M-Instruct, or $CKV_MODEL)");
+                 "Model: path of a .gguf file or of an HF safetensors directory (default: $CKV_MODEL, "
+                 "else the embedded SmolLM2-135M-Instruct)");
   add_device_option(cmd, g);
-  cmd.add_option("-t,--threads", g.threads, "CPU threads (default: all hardware threads; more are capped to them)")
-      ->check(CLI::Range(0, 1 << 20));
+  cmd.add_option("-t,--threads", g.threads,
+                 "CPU threads, a count in [0, 1048576] (default, 0: all hardware threads; more are capped to them)")
+      ->check(in_range(0, 1 << 20));
 }
 
 // Prints the error as one line (messages from libraries such as HDF5 may carry newlines)
@@ -147,6 +149,7 @@ void build_app(CLI::App& app, GlobalOptions& g) {
   register_check(app, g);
   register_eval(app, g);
   register_profile(app, g);
+  apply_flag_rules(app);
 }
 
 }  // namespace ckv::app
@@ -171,7 +174,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return fail_with(2, "error", e.what());
+    // An unknown subcommand or flag: named, with the closest known one.
+    const bool unknown = dynamic_cast<const CLI::ExtrasError*>(&e) || dynamic_cast<const CLI::RequiredError*>(&e);
+    const std::string explained = unknown ? explain_unknown_name(app, argc, argv) : std::string();
+    return fail_with(2, "error", explained.empty() ? e.what() : explained);
   } catch (const ckv::UsageError& e) {
     return fail_with(2, "error", e.what());  // a flag's value: the command line must change
   } catch (const ckv::Error& e) {

@@ -10,9 +10,9 @@ namespace ckv::app {
 
 void add_prompt_options(CLI::App& cmd, PromptOptions& o) {
   auto* prompt = cmd.add_option("-p,--prompt", o.prompt, "Prompt text");
-  auto* file = cmd.add_option("--prompt-file", o.prompt_file, "Read the prompt text from a file");
+  auto* file = cmd.add_option("--prompt-file", o.prompt_file, "Path of a file holding the prompt text");
   auto* tokens = cmd.add_option("--tokens", o.tokens_file,
-                                "Token ids (whitespace/comma separated, or a JSON array); "
+                                "Path of a file of token ids (whitespace/comma separated, or a JSON array); "
                                 "bypasses the tokenizer");
   prompt->excludes(file)->excludes(tokens);
   file->excludes(tokens);
@@ -52,23 +52,6 @@ std::vector<int32_t> prompt_tokens(const PromptOptions& o, const Model& model,
                      ids.size(), model.config.context_length);
   }
   return ids;
-}
-
-int64_t for_each_input_record(const std::string& path, const Shard& shard, const std::set<std::string>& done,
-                              const Tokenizer& tokenizer, bool chat,
-                              const std::function<void(const InputRecord&, RecordPrompt&)>& each) {
-  int64_t skipped = 0;
-  RecordReader reader(path);  // refuses an id used twice, in any shard
-  while (std::optional<InputRecord> r = reader.next()) {
-    if (!shard.contains(r->index)) continue;
-    if (done.count(r->id)) {
-      ++skipped;
-      continue;
-    }
-    RecordPrompt p = tokenize_record(*r, tokenizer, chat);
-    each(*r, p);
-  }
-  return skipped;
 }
 
 }  // namespace ckv::app

@@ -2,14 +2,11 @@
 // The prompt inputs shared by every subcommand that runs a model: --prompt, --prompt-file,
 // --tokens, --chat. They resolve to token ids checked against the model.
 #include <cstdint>
-#include <functional>
-#include <set>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
-#include "core/shard.h"
 #include "data/records.h"
 #include "model/model.h"
 
@@ -32,14 +29,5 @@ std::vector<int32_t> prompt_tokens(const PromptOptions& o, const Model& model,
 
 // The whole file as bytes; InputError "<path>: cannot read the prompt file".
 std::string read_text_file(const std::string& path);
-
-// The --input loop of the batch subcommands: reads the JSONL batch `path` in input order,
-// passes over the records of other shards, refuses a record id seen twice (InputError
-// naming the line), counts and passes over the ids in `done` (complete in a resumed
-// output) and hands every other record, tokenised (tokenize_record), to `each`. Returns
-// the number passed over as done.
-int64_t for_each_input_record(const std::string& path, const Shard& shard, const std::set<std::string>& done,
-                              const Tokenizer& tokenizer, bool chat,
-                              const std::function<void(const InputRecord&, RecordPrompt&)>& each);
 
 }  // namespace ckv::app

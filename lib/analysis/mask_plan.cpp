@@ -20,7 +20,7 @@ int64_t parse_position(std::string_view s, std::string_view option, std::string_
   int64_t v = 0;
   const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || p != s.data() + s.size() || v < 0)
-    fail<InputError>("{}: '{}' is not a position or a start-end range", option, item);
+    fail<UsageError>("{}: '{}' is not a position or a start-end range", option, item);
   return v;
 }
 
@@ -86,7 +86,7 @@ std::vector<SpanRange> parse_spans(std::string_view text, std::string_view optio
     const size_t comma = std::min(text.find(',', pos), text.size());
     const std::string_view item = trim(text.substr(pos, comma - pos));
     pos = comma + 1;
-    if (item.empty()) fail<InputError>("{}: empty item in '{}'", option, text);
+    if (item.empty()) fail<UsageError>("{}: empty item in '{}'", option, text);
     const size_t dash = item.find('-');
     SpanRange r;
     if (dash == std::string_view::npos) {
@@ -96,7 +96,7 @@ std::vector<SpanRange> parse_spans(std::string_view text, std::string_view optio
       r.start = parse_position(trim(item.substr(0, dash)), option, item);
       r.end = parse_position(trim(item.substr(dash + 1)), option, item);
       if (r.end <= r.start)
-        fail<InputError>("{}: span '{}' is empty (start-end is half-open: end must exceed start)",
+        fail<UsageError>("{}: span '{}' is empty (start-end is half-open: end must exceed start)",
                          option, item);
     }
     spans.push_back(r);
@@ -157,43 +157,88 @@ std::vector<int64_t> complement(const std::vector<int64_t>& kept, int64_t c) {
   return out;
 }
 
-std::map<int64_t, std::vector<std::vector<int64_t>>> read_layer_selection_file(const std::filesystem::path& path,
-                                                                                int64_t n_layer, int64_t n_kv_head) {
-  if (path.empty()) return {};  // no --selection-file
+namespace {
+
+// A selection file's JSON: any file, parsed with one-line errors naming it.
+nlohmann::json read_selection_json(const std::filesystem::path& path) {
   const std::string f = path.string();
   const std::string text = read_regular_file(path, "the selection file");
   refuse_nul_in_json(text, f);
-  nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail<InputError>("{}: not valid JSON ({})", f, e.what());
   }
-  if (!j.is_object()) fail<InputError>("{}: not a selection file {{\"<layer>\": [[positions per KV head]]}}", f);
-  std::map<int64_t, std::vector<std::vector<int64_t>>> out;
-  for (const auto& [key, heads] : j.items()) {
-    int64_t l = -1;
-    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), l);
-    if (ec != std::errc() || end != key.data() + key.size() || l < 0 || l >= n_layer)
-      fail<InputError>("{}: layer \"{}\" is not a layer index below {}", f, key, n_layer);
-    if (!heads.is_array()) fail<InputError>("{}: layer {}: expected a list of {} lists (one per KV head)", f, l, n_kv_head);
-    if (static_cast<int64_t>(heads.size()) != n_kv_head)
-      fail<InputError>("{}: layer {}: {} lists, the model has {} KV heads", f, l, heads.size(), n_kv_head);
-    std::vector<std::vector<int64_t>>& lists = out[l];
-    for (size_t g = 0; g < heads.size(); ++g) {
-      if (!heads[g].is_array()) fail<InputError>("{}: layer {} KV head {}: expected a list of positions", f, l, g);
-      std::vector<int64_t> positions;
-      std::set<int64_t> seen;
-      for (const auto& x : heads[g]) {
-        // Integers only: a position 1.5 (or 1.0, or "1") is not a position, never truncated.
-        if (!x.is_number_integer() || x.get<int64_t>() < 0)
-          fail<InputError>("{}: layer {} KV head {}: position {} is not an integer >= 0", f, l, g, x.dump());
-        if (!seen.insert(x.get<int64_t>()).second)
-          fail<InputError>("{}: layer {} KV head {}: position {} listed twice", f, l, g, x.dump());
-        positions.push_back(x.get<int64_t>());
-      }
-      lists.push_back(std::move(positions));
+}
+
+// The versioned format's header: "format", when given, is "ckv.selection" and
+// "format_version", when given, 1.
+void check_selection_header(const nlohmann::json& j, const std::string& f) {
+  if (j.contains("format") && j["format"] != "ckv.selection")
+    fail<InputError>("{}: format {} is not ckv.selection", f, j["format"].dump());
+  if (j.contains("format_version") && j["format_version"] != 1)
+    fail<InputError>("{}: ckv.selection format_version {}, this ckv reads version 1", f, j["format_version"].dump());
+}
+
+int64_t selection_layer(const std::string& key, const std::string& f, int64_t n_layer) {
+  int64_t l = -1;
+  const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), l);
+  if (ec != std::errc() || end != key.data() + key.size() || l < 0 || l >= n_layer)
+    fail<InputError>("{}: layer \"{}\" is not a layer index below {}", f, key, n_layer);
+  return l;
+}
+
+// One layer's lists, one per KV head, of distinct integer positions >= 0.
+std::vector<std::vector<int64_t>> selection_lists(const nlohmann::json& heads, const std::string& f, int64_t l,
+                                                  int64_t n_kv_head) {
+  if (!heads.is_array()) fail<InputError>("{}: layer {}: expected a list of {} lists (one per KV head)", f, l, n_kv_head);
+  if (static_cast<int64_t>(heads.size()) != n_kv_head)
+    fail<InputError>("{}: layer {}: {} lists, the model has {} KV heads", f, l, heads.size(), n_kv_head);
+  std::vector<std::vector<int64_t>> lists;
+  for (size_t g = 0; g < heads.size(); ++g) {
+    if (!heads[g].is_array()) fail<InputError>("{}: layer {} KV head {}: expected a list of positions", f, l, g);
+    std::vector<int64_t> positions;
+    std::set<int64_t> seen;
+    for (const auto& x : heads[g]) {
+      // Integers only: a position 1.5 (or 1.0, or "1") is not a position, never truncated.
+      if (!x.is_number_integer() || x.get<int64_t>() < 0)
+        fail<InputError>("{}: layer {} KV head {}: position {} is not an integer >= 0", f, l, g, x.dump());
+      if (!seen.insert(x.get<int64_t>()).second)
+        fail<InputError>("{}: layer {} KV head {}: position {} listed twice", f, l, g, x.dump());
+      positions.push_back(x.get<int64_t>());
     }
+    lists.push_back(std::move(positions));
+  }
+  return lists;
+}
+
+}  // namespace
+
+std::map<int64_t, std::vector<std::vector<int64_t>>> read_layer_selection_file(const std::filesystem::path& path,
+                                                                                int64_t n_layer, int64_t n_kv_head,
+                                                                                bool* old_format) {
+  if (path.empty()) return {};  // no --selection-file
+  const std::string f = path.string();
+  const nlohmann::json j = read_selection_json(path);
+  if (!j.is_object()) fail<InputError>("{}: not a selection file (docs/MASK.md: {{\"format\": \"ckv.selection\", ...}})", f);
+  std::map<int64_t, std::vector<std::vector<int64_t>>> out;
+  const bool versioned = j.contains("layers");
+  if (old_format) *old_format = !versioned;
+  if (!versioned) {  // the old {"<layer>": [[kept positions per KV head]]}
+    for (const auto& [key, heads] : j.items()) {
+      const int64_t l = selection_layer(key, f, n_layer);
+      out[l] = selection_lists(heads, f, l, n_kv_head);
+    }
+    return out;
+  }
+  check_selection_header(j, f);
+  if (!j["layers"].is_object()) fail<InputError>("{}: \"layers\" is not an object {{\"<layer>\": {{\"kept\": [...]}}}}", f);
+  for (const auto& [key, entry] : j["layers"].items()) {
+    const int64_t l = selection_layer(key, f, n_layer);
+    if (!entry.is_object() || !entry.contains("kept") || entry.contains("evicted"))
+      fail<InputError>("{}: layer {}: the 'file' method takes \"kept\" lists, one per KV head (\"evicted\" lists "
+                       "are ckv mask's and ckv eval's)", f, l);
+    out[l] = selection_lists(entry["kept"], f, l, n_kv_head);
   }
   return out;
 }
@@ -205,16 +250,10 @@ EvictionPlan plan_from_selection_file(const std::filesystem::path& path, int64_t
   const std::string f = path.string();
   check_lists(layers, kv_heads, n_layer, n_kv_head);
   if (c >= seq) fail<InputError>("{}: the prompt has no question (c = {} = its length)", f, c);
-  const std::string text = read_regular_file(path, "the selection file");
-  refuse_nul_in_json(text, f);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail<InputError>("{}: not valid JSON ({})", f, e.what());
-  }
+  const nlohmann::json j = read_selection_json(path);
   if (!j.is_object() || !j.contains("layers") || !j["layers"].is_object())
     fail<InputError>("{}: expected an object with \"layers\": {{\"<layer>\": {{\"kept\"|\"evicted\": [[...], ...]}}}}", f);
+  check_selection_header(j, f);
   if (j.contains("c") && (!j["c"].is_number_integer() || j["c"].get<int64_t>() != c))
     fail<InputError>("{}: selection made for c = {}, the prompt's context ends at {}", f, j["c"].dump(), c);
   EvictionPlan plan = EvictionPlan::none(n_layer, n_kv_head, c, seq);
@@ -222,10 +261,7 @@ EvictionPlan plan_from_selection_file(const std::filesystem::path& path, int64_t
     return std::find(list.begin(), list.end(), x) != list.end();
   };
   for (const auto& [key, entry] : j["layers"].items()) {
-    int64_t l = -1;
-    const auto [p, ec] = std::from_chars(key.data(), key.data() + key.size(), l);
-    if (ec != std::errc() || p != key.data() + key.size() || l < 0 || l >= n_layer)
-      fail<InputError>("{}: layer \"{}\" is not a layer index below {}", f, key, n_layer);
+    const int64_t l = selection_layer(key, f, n_layer);
     const bool kept = entry.is_object() && entry.contains("kept");
     const char* field = kept ? "kept" : "evicted";
     if (!entry.is_object() || entry.contains("kept") == entry.contains("evicted") ||

@@ -80,14 +80,16 @@ EvictionPlan plan_from_selection_file(const std::filesystem::path& path, int64_t
                                       const std::vector<int64_t>& kv_heads, int64_t n_layer,
                                       int64_t n_kv_head);
 
-// `ckv bound`'s selection file (its "file" method, docs/BOUND.md): JSON
+// `ckv bound`'s selection file (its "file" method, docs/BOUND.md): the format above with
+// "kept" lists, or the old unversioned one (*old_format set true, when given)
 //   {"<layer>": [[kv_head 0 positions], [kv_head 1 ...], ...]}
 // a layer index of the model, one list per KV head, each position an integer >= 0 listed
 // once (the upper end, a record's c, is the caller's to check per record). Throws IoError /
 // InputError for a path that is not a regular file (core/input_file.h), InputError naming
-// the file and the entry for anything else.
+// the file and the entry for anything else ("evicted" lists included: they need a record's c).
 std::map<int64_t, std::vector<std::vector<int64_t>>> read_layer_selection_file(const std::filesystem::path& path,
-                                                                                int64_t n_layer, int64_t n_kv_head);
+                                                                                int64_t n_layer, int64_t n_kv_head,
+                                                                                bool* old_format = nullptr);
 
 // The evicted complement of `kept` in [0, c) (kept need not be sorted).
 std::vector<int64_t> complement(const std::vector<int64_t>& kept, int64_t c);

@@ -192,10 +192,14 @@ void validate_selection_params(const SelectionParams& p) {
 double parse_budget_fraction(std::string_view text, std::string_view flag) {
   double x = 0;
   const std::string item(trim(text));
+  // "20%" is read as "20e-2": the one rounding of the decimal, the same double as "0.2".
+  const bool percent = item.ends_with('%') && item.size() > 1;
+  const std::string number = percent ? item.substr(0, item.size() - 1) + "e-2" : item;
   try {
     size_t used = 0;
-    x = std::stod(item, &used);
-    if (used != item.size()) throw std::invalid_argument(item);
+    x = std::stod(number, &used);
+    if (used != number.size() || (percent && number.find_first_of("eE") != number.size() - 3))
+      throw std::invalid_argument(item);
   } catch (const std::exception&) {
     fail<UsageError>("{}: '{}' is not a number", flag, item);
   }

@@ -143,9 +143,9 @@ NiahRecord make_niah_record(const NiahOptions& o, const Tokenizer& tok, const st
                             int64_t index) {
   const int64_t n_keys = std::max(o.keys, o.queries);
   if (o.values < 1 || o.queries < 1 || n_keys > 1024)
-    fail<InputError>("ckv niah: --values and --queries must be at least 1 and --keys at most 1024");
+    fail<InputError>("--values and --queries must be at least 1 and --keys at most 1024");
   Generator gen{o, tok, split_words(haystack), o.value_kind == NiahValueKind::Numbers ? "number" : "uuid", {}, {}, {}, {}};
-  if (gen.words.empty()) fail<InputError>("ckv niah: the haystack \"{}\" has no words", o.haystack_name);
+  if (gen.words.empty()) fail<InputError>("the haystack \"{}\" has no words", o.haystack_name);
   Rng rng(record_seed(o.seed, index));
 
   std::set<std::string> used;
@@ -179,7 +179,7 @@ NiahRecord make_niah_record(const NiahOptions& o, const Tokenizer& tok, const st
   // Largest haystack word count whose prompt fits the target, then the closer of it and one more.
   const int64_t target = o.length;
   if (gen.tokens(gen.build(0).context) > target)
-    fail<InputError>("ckv niah: --length {}: the template and needles alone take {} tokens", target,
+    fail<InputError>("--length {}: the template and needles alone take {} tokens", target,
                      gen.tokens(gen.build(0).context));
   const int64_t lo = largest_fitting(0, [&](int64_t n) { return gen.tokens(gen.build(n).context) <= target; });
   const int64_t hi = lo + 1;
@@ -189,7 +189,7 @@ NiahRecord make_niah_record(const NiahOptions& o, const Tokenizer& tok, const st
   NiahRecord r;
   r.n_tokens = gen.tokens(b.context);
   if (std::abs(static_cast<double>(r.n_tokens - target)) > o.tolerance * static_cast<double>(target))
-    fail<InputError>("ckv niah: --length {}: the closest prompt has {} tokens, outside the tolerance of {}%",
+    fail<InputError>("--length {}: the closest prompt has {} tokens, outside the tolerance of {}%",
                      target, r.n_tokens, o.tolerance * 100);
   r.id = fmt::format("{}_{:06}", o.id_prefix, index);
   r.context = b.context;
@@ -239,7 +239,7 @@ NiahRecord make_niah_record(const NiahOptions& o, const Tokenizer& tok, const st
         found = true;
       }
       if (!found)
-        fail<InputError>("ckv niah: record {}: no haystack span of {} tokens found for a distractor "
+        fail<InputError>("record {}: no haystack span of {} tokens found for a distractor "
                          "(haystack too short or too uniform)", r.id, length);
     }
   }
