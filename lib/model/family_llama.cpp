@@ -1,6 +1,7 @@
 // llama: Llama 2/3.x, SmolLM2, Mistral (docs/MODELS.md "Architectures"). RMSNorm, SiLU-gated MLP,
 // RoPE (default or llama3 scaling), no biases in HF checkpoints (a GGUF may carry q/k/v
-// biases), q/k rows interleaved per head by llama.cpp's converter.
+// biases), q/k rows interleaved per head by llama.cpp's converter; Mistral v0.1's sliding
+// window on every layer.
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -14,19 +15,16 @@ using namespace family_detail;
 
 void read_hf(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
   refuse_attention_bias(j, source, "llama");
-  // Mistral v0.1 attends to a window of 4096 keys; ckv computes full causal attention, which
-  // equals it only while the window covers the whole context. Refuse rather than compute
-  // full attention silently.
-  if (const auto it = j.find("sliding_window"); it != j.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<int64_t>() < c.context_length)
-      fail<UnsupportedError>("{}: sliding-window attention (sliding_window {}) is not supported",
-                             source, it->dump());
-    c.sliding_window = it->get<int64_t>();
-  }
+  // Mistral v0.1 attends to a window of 4096 keys on every layer (MistralConfig
+  // sliding_window; null in v0.3).
+  c.sliding_window = sliding_window_field(j, source);
+  if (c.sliding_window > 0) c.slide_every_layer();
 }
 
-void read_gguf(const GgufFile& gguf, ModelConfig& c) {
-  refuse_short_gguf_window(gguf, c);
+void read_gguf(const GgufFile&, ModelConfig& c) {
+  // A window in the file (llama.attention.sliding_window) is one on every layer, as HF's
+  // Mistral applies it.
+  if (c.sliding_window > 0) c.slide_every_layer();
 }
 
 constexpr std::string_view kHf[] = {"llama", "mistral"};  // Mistral: the llama layout renamed
