@@ -20,8 +20,9 @@ GGUF = os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf")
 
 def main():
     import llama_cpp
-    if not os.path.exists(GGUF):
-        sys.exit(f"{GGUF} missing: scripts/fetch_model.sh gemma3-270m")
+    if not os.path.exists(GGUF):  # opt-in model: make_all.py goes on without it
+        print(f"skip: {GGUF} missing (scripts/fetch_model.sh gemma3-270m)")
+        return
     golden = {"format_version": FORMAT_VERSION, "generator": "tests/reference/make_gemma3_tokenizer_golden.py",
               "llama_cpp_python_version": llama_cpp.__version__, "strings": HARD,
               "no_special_strings": NO_SPECIAL,
