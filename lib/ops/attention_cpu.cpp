@@ -208,20 +208,18 @@ struct Block {
   int64_t out_stride;
 };
 
-// The keys of a windowed block (Block::first set) from `base` on, base = its first row's
-// first key rounded down to a whole logits tile: the same block over fewer keys, so the cost
-// is O(rows * (window + rows)) however long the sequence. base is a multiple of kKeyTile (so
-// of kLanes), so every key keeps its lane and its place in every sum: the logits before a
-// row's first key are -inf, their numerators exact zeros, and the results are those of the
-// unshifted block bit for bit.
-struct ShiftedBlock {
-  Block block;
-  int64_t base = 0;
-};
+// The first key a windowed block is run from: its first row's first key rounded down to a
+// whole logits tile. A multiple of kKeyTile (so of kLanes), so every key keeps its lane and
+// its place in every sum.
+int64_t key_base(int64_t first_key) { return first_key / kKeyTile * kKeyTile; }
 
-ShiftedBlock shift_keys(const Block& b) {
-  if (b.first == nullptr) return {b, 0};
-  const int64_t base = b.first[0] / kKeyTile * kKeyTile;
+// A windowed block (Block::first set) over its keys from key_base on: the same block over
+// fewer keys, so the cost is O(rows * (window + rows)) however long the sequence. The logits
+// before a row's first key are -inf, their numerators exact zeros, and the results those of
+// the unshifted block bit for bit.
+Block shift_keys(const Block& b) {
+  if (b.first == nullptr) return b;
+  const int64_t base = key_base(b.first[0]);
   thread_local std::vector<int64_t> bounds;  // [2 * rows]: visible, then first, from base
   bounds.resize(static_cast<size_t>(2 * b.rows));
   for (int64_t r = 0; r < b.rows; ++r) {
@@ -234,7 +232,7 @@ ShiftedBlock shift_keys(const Block& b) {
   s.v = b.v + base * b.d;
   s.visible = bounds.data();
   s.first = bounds.data() + b.rows;
-  return {s, base};
+  return s;
 }
 
 // Logits -> (edit, e.g. a mask) -> softmax numerators -> (each row with its sum) -> output.
@@ -242,7 +240,7 @@ ShiftedBlock shift_keys(const Block& b) {
 // on_row then see key j at column j - base.
 template <typename EditLogits, typename OnRow>
 void attend_block(const Block& unshifted, EditLogits&& edit_logits, OnRow&& on_row) {
-  const Block b = shift_keys(unshifted).block;
+  const Block b = shift_keys(unshifted);
   const int64_t width = round_up(b.visible[b.rows - 1], kKeyTile);
   thread_local RowMatrix scratch;  // [rows, width] logits, then numerators
   thread_local std::vector<float> sums;
@@ -363,7 +361,7 @@ void causal_attention_cpu(const float* q, const float* k, const float* v, float*
                     .scale = scale,
                     .out = out + r0 * n_head * d + h * d,
                     .out_stride = n_head * d};
-    const int64_t base = first.empty() ? 0 : first[static_cast<size_t>(r0)] / kKeyTile * kKeyTile;  // shift_keys'
+    const int64_t base = first.empty() ? 0 : key_base(first[static_cast<size_t>(r0)]);  // column 0's key
     attend_block(
         blk,
         [&](float* s, int64_t stride) {
