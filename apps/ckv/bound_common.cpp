@@ -294,6 +294,8 @@ int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std
   const std::string sha = model_sha256(model.source.path);
   prov.set("model_path", model.source.path.string());
   prov.set("model_sha256", sha);
+  if (const std::string note = set_sliding_layers(prov, model.config); !note.empty() && !g.quiet)
+    fmt::print(stderr, "ckv: note: {}\n", note);
   const std::vector<int64_t> layers = parse_index_list(o.layers, model.config.n_layer, "--layers");
   std::vector<std::map<int64_t, std::vector<std::vector<int64_t>>>> files;
   for (const AnalysisBlock& b : blocks)

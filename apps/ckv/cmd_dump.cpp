@@ -294,6 +294,8 @@ void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
   prov.set("model_path", model.source.path.string());
   prov.set("model_sha256", sha);
   prov.set("model_format", model.source.format);
+  if (const std::string note = set_sliding_layers(prov, model.config); !note.empty() && !g.quiet)
+    fmt::print(stderr, "ckv: note: {}\n", note);
   prov.set("dtype", h5::dtype_name(settings.dtype));
   const std::string input_file = !o.input_jsonl.empty()        ? o.input_jsonl
                                  : !o.input.prompt_file.empty() ? o.input.prompt_file

@@ -126,6 +126,8 @@ void run_eval(const EvalOptions& o, const GlobalOptions& g) {
   Provenance prov = g.provenance(fwd.context().device_string());
   prov.set("model_path", model.source.path.string());
   prov.set("model_sha256", sha);
+  if (const std::string note = set_sliding_layers(prov, model.config); !note.empty() && !g.quiet)
+    fmt::print(stderr, "ckv: note: {}\n", note);
   prov.set("input_file", o.input);
   prov.set("input_sha256", sha256_file(o.input));
   const int64_t input_records = count_input_records(o.input);

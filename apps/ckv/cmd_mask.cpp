@@ -390,6 +390,8 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
   Provenance prov = g.provenance(fwd.context().device_string());
   prov.set("model_path", model.source.path.string());
   prov.set("model_sha256", sha);
+  if (const std::string note = set_sliding_layers(prov, model.config); !note.empty() && !g.quiet)
+    fmt::print(stderr, "ckv: note: {}\n", note);
   const std::string input_file = !o.input_jsonl.empty()        ? o.input_jsonl
                                  : !o.input.prompt_file.empty() ? o.input.prompt_file
                                                                 : o.input.tokens_file;
