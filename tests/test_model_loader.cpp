@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
+#include "model/family.h"
 #include "model/model.h"
 
 namespace {
@@ -331,6 +332,8 @@ TEST(ModelLoader, Gemma3Config) {
     EXPECT_EQ(c.rope_scaling.type, "linear");
     EXPECT_EQ(c.rope_scaling.factor, 4.0);
     EXPECT_EQ(c.attn_scale, 0.25);
+    // 0.25 is not 1/sqrt(32): the analyses that recompute attention refuse the model.
+    EXPECT_THROW(ckv::require_default_attention_scale(c, "ckv bound"), ckv::UnsupportedError);
     EXPECT_TRUE(c.tied_embeddings && c.post_norms && c.qk_norm);
     EXPECT_EQ(c.embed_scale, 8.0);
   }
@@ -343,6 +346,7 @@ TEST(ModelLoader, Gemma3Config) {
   EXPECT_EQ(c.d_head, 256);
   EXPECT_EQ(c.vocab, 262208);
   EXPECT_EQ(c.arch_name, "gemma3 (text_config)");
+  EXPECT_NO_THROW(ckv::require_default_attention_scale(c, "ckv bound"));  // 256^-0.5 = 1/sqrt(256)
   nlohmann::json soft = hub;
   soft["attn_logit_softcapping"] = 50.0;
   EXPECT_THROW(ckv::config_from_hf_json(soft, "g"), ckv::UnsupportedError);

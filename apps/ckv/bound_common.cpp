@@ -23,6 +23,7 @@
 #include "output/batch_output.h"
 #include "output/dump_schema.h"
 #include "data/records.h"
+#include "model/family.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/rope_freq.h"
@@ -294,6 +295,7 @@ int64_t run_analysis(const AnalysisOptions& o, const GlobalOptions& g, const std
   const std::string sha = model_sha256(model.source.path);
   prov.set("model_path", model.source.path.string());
   prov.set("model_sha256", sha);
+  require_default_attention_scale(model.config, "ckv bound/check");
   if (const std::string note = set_sliding_layers(prov, model.config); !note.empty() && !g.quiet)
     fmt::print(stderr, "ckv: note: {}\n", note);
   const std::vector<int64_t> layers = parse_index_list(o.layers, model.config.n_layer, "--layers");

@@ -28,6 +28,7 @@
 #include "output/describe.h"
 #include "output/mask_schema.h"
 #include "data/records.h"
+#include "model/family.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -390,6 +391,7 @@ void run_mask(const MaskOptions& o, const GlobalOptions& g) {
   Provenance prov = g.provenance(fwd.context().device_string());
   prov.set("model_path", model.source.path.string());
   prov.set("model_sha256", sha);
+  require_default_attention_scale(model.config, "ckv mask");
   if (const std::string note = set_sliding_layers(prov, model.config); !note.empty() && !g.quiet)
     fmt::print(stderr, "ckv: note: {}\n", note);
   const std::string input_file = !o.input_jsonl.empty()        ? o.input_jsonl

@@ -1,6 +1,7 @@
 #include "model/family.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -83,6 +84,14 @@ std::vector<std::string> family_features(const ModelConfig& c) {
   if (c.attn_scale > 0) out.push_back(fmt::format("attention logit scale {:.6g}", c.attn_scale));
   if (c.final_logit_softcap > 0) out.push_back(fmt::format("final logit soft-cap {:g}", c.final_logit_softcap));
   return out;
+}
+
+void require_default_attention_scale(const ModelConfig& c, std::string_view what) {
+  const double standard = 1.0 / std::sqrt(static_cast<double>(c.d_head));
+  if (c.attn_scale > 0 && std::abs(c.attn_scale / standard - 1.0) > 1e-6)
+    fail<UnsupportedError>("{}: the model scales attention logits by {:.6g} (query_pre_attn_scalar), not "
+                           "1/sqrt(d_head) = {:.6g}, and ckv's analyses recompute attention with the latter",
+                           what, c.attn_scale, standard);
 }
 
 namespace family_detail {

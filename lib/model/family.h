@@ -62,6 +62,12 @@ const Family& family_for_gguf(const std::string& arch, const std::string& source
 // "logit scale", "final logit soft-cap". Empty for a plain llama.
 std::vector<std::string> family_features(const ModelConfig& c);
 
+// Whether the model's attention logits are scaled by 1/sqrt(d_head), the scale ckv's
+// analyses (ckv bound, check, the metrics of ckv mask) recompute attention with from recorded
+// q/k; Gemma 3 with query_pre_attn_scalar != head_dim is not. Those subcommands refuse such a
+// model (UnsupportedError naming `what`) rather than report numbers of another attention.
+void require_default_attention_scale(const ModelConfig& c, std::string_view what);
+
 // The families' definitions (one family_<name>.cpp each).
 const Family& llama_family();
 const Family& qwen2_family();

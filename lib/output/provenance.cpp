@@ -157,7 +157,8 @@ std::string set_sliding_layers(Provenance& prov, const ModelConfig& config) {
   prov.set("sliding_layers", layers);
   return fmt::format(
       "{} of {} layers attend within a sliding window of {} keys (attribute sliding_layers: {}); methods select "
-      "and mask there as on full layers, and keys outside a query's window are never seen (docs/MODELS.md)",
+      "there as on full layers, and ckv bound/check's attention on them is full causal attention, not the "
+      "window's: leave them out of per-layer summaries (docs/MODELS.md \"Sliding-window attention\")",
       layers.size(), config.n_layer, config.sliding_window, fmt::join(layers, " "));
 }
 
