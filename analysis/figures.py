@@ -10,7 +10,8 @@ ckv bound beside propagated from `--mask-pair BASE.h5 CRIT.h5`, `ckv mask --meth
 `--method criticalkv(X)` at one budget), attention (one layer/head over positions from a
 ckv dump with --what attn, spans shaded; --layer --head --row, --mask for raw vs
 corrected), eval-accuracy (accuracy against budget per method, the paper's Figure 2 layout,
-ckv eval), eval-logp (log p(answer) change against mean L1 with Spearman's rho, ckv eval).
+ckv eval), eval-logp (log p(answer) change against mean L1 with Spearman's rho, ckv eval), eval-steps
+(mean L1 and next-token KL against the answer step, ckv eval --track-steps).
 The mask and dump figures live in analysis/figures_mask.py, the eval ones in
 analysis/figures_eval.py. Every function
 returns a Figure with the arrays it drew, so tests compare the drawn numbers with the HDF5
@@ -26,7 +27,7 @@ import numpy as np
 from matplotlib.colors import SymLogNorm, TwoSlopeNorm
 
 from .ckv_reader import BoundFile, SchemaError, open_ckv
-from .figures_eval import accuracy_vs_budget, logp_vs_l1
+from .figures_eval import accuracy_vs_budget, logp_vs_l1, perturbation_along_answer
 from .figures_mask import (attention, layer_reduction, most_evicted_head, propagated,
                            reduction_per_layer)
 from .plotting import Figure, _header, _save, _slug
@@ -273,6 +274,7 @@ FIGURES = {
     "attention": (attention, "dump"),
     "eval-accuracy": (accuracy_vs_budget, "eval"),
     "eval-logp": (logp_vs_l1, "eval"),
+    "eval-steps": (perturbation_along_answer, "eval --track-steps"),
 }
 
 

@@ -122,3 +122,58 @@ def logp_vs_l1(f: EvalFile, out_dir) -> Figure:
                   "Change of log p(reference answer) under each method and budget against the run's "
                   "mean L1; Spearman's ρ per method: "
                   + ", ".join(f"{m} {rho[m]:.2f}" for m in f.methods) + ".")
+
+
+def along_answer(f: EvalFile) -> dict:
+    """(method, fraction) -> {'steps': [S], 'l1', 'theta_hat', 'kl': means over the records
+    that reach each step}: `ckv eval --track-steps` (docs/EVAL.md "Along the answer"), each
+    record's value the mean over layers and heads, as ckv's JSON summary `along_answer`."""
+    acc = {}
+    for r in f.records:
+        for run in r.runs[1:]:
+            if "step_kl" not in run.steps:
+                continue
+            a = acc.setdefault((run.method, run.fraction), {"l1": [], "theta_hat": [], "kl": []})
+            a["l1"].append(run.steps["step_l1"].reshape(len(run.steps["step_kl"]), -1).mean(axis=1))
+            a["theta_hat"].append(run.steps["step_theta_hat"].reshape(len(run.steps["step_kl"]), -1).mean(axis=1))
+            a["kl"].append(np.asarray(run.steps["step_kl"], float))
+    out = {}
+    for key, a in acc.items():
+        n = max(len(x) for x in a["kl"])
+        out[key] = {"steps": np.arange(1, n + 1)}
+        for name, xs in a.items():
+            sums, counts = np.zeros(n), np.zeros(n)
+            for x in xs:
+                sums[:len(x)] += x
+                counts[:len(x)] += 1
+            out[key][name] = sums / np.maximum(counts, 1)
+        out[key]["records"] = counts
+    return out
+
+
+def perturbation_along_answer(f: EvalFile, out_dir) -> Figure:
+    """Mean L1 of Δo (layers × heads × records) and the next-token KL against the answer
+    step, one line per method × budget: does a selection that perturbs least at the first
+    decoded token stay the least perturbing over the answer?"""
+    curves = along_answer(f)
+    if not curves:
+        raise ValueError(f"{f.path}: no run has --track-steps data (run ckv eval --track-steps N)")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.9))
+    for (m, b), c in sorted(curves.items(), key=lambda kv: (kv[0][1], f.methods.index(kv[0][0])
+                                                            if kv[0][0] in f.methods else 0)):
+        label = f"{m} {100 * b:g}%"
+        line, = ax1.plot(c["steps"], c["l1"], marker=".", label=label)
+        ax2.plot(c["steps"], c["kl"], marker=".", color=line.get_color(), label=label)
+    ax1.set_xlabel("answer step (teacher-forced with the full cache's tokens)")
+    ax1.set_ylabel("mean L1 of Δo (layers × heads)")
+    ax2.set_xlabel("answer step")
+    ax2.set_ylabel("KL(full ‖ compressed) of the next token, nats")
+    ax2.set_yscale("symlog", linthresh=1e-3)
+    ax1.legend(fontsize=7)
+    fig.suptitle(f"Perturbation along the answer (ckv eval --track-steps)\n{_header(f)}", fontsize=8)
+    name = "eval_perturbation_along_answer"
+    first_last = ", ".join(f"{m} {100 * b:g}% {c['l1'][0]:.3g}→{c['l1'][-1]:.3g}" for (m, b), c in curves.items())
+    return Figure(name, fig, _save(fig, out_dir, name),
+                  {"curves": {f"{m} {100 * b:g}%": c for (m, b), c in curves.items()}}, [], f.command_line,
+                  "Mean L1 of the attention-output change and next-token KL at each answer step, both "
+                  f"caches fed the full cache's answer; mean L1 first → last step: {first_last}.")

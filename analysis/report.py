@@ -147,6 +147,11 @@ def _eval_section(f, out_dir: Path, fig_dir: Path, lines: list, note: str = ""):
         lines += [note, ""]
     _figure(FE.accuracy_vs_budget(f, fig_dir), out_dir, lines)
     _figure(FE.logp_vs_l1(f, fig_dir), out_dir, lines)
+    if FE.along_answer(f):  # ckv eval --track-steps
+        lines += ["The perturbation along the answer (`--track-steps`): both caches are fed the full "
+                  "cache's answer, and each step's mean L1 and next-token KL is measured against the "
+                  "full cache (docs/EVAL.md \"Along the answer\").", ""]
+        _figure(FE.perturbation_along_answer(f, fig_dir), out_dir, lines)
 
 
 def write_report(out_dir, bound=None, check=None, mask=None, dump=None, attn=None,

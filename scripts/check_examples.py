@@ -49,7 +49,7 @@ SKIPS = [
     ("the set-up or test command itself (it runs this check)", re.compile(
         r"^scripts/(main|test|setup|sanitize|fuzz|fuzz_corpus)\.sh|^scripts/check_examples")),
     ("an hours-long experiment script", re.compile(r"^scripts/(reproduce_paper|results|eval_results|"
-                                                    r"methods_results)\.sh|bench/")),
+                                                    r"methods_results|ruler_results)\.sh|bench/")),
 ]
 
 

@@ -171,6 +171,102 @@ TEST(CacheEval, CompressPromptEqualsMaskOnTheDecodedRow) {
   EXPECT_EQ(run.decoded.tokens.at(0), r.full.decoded.tokens.at(0));
 }
 
+// --track-steps: the full cache's answer teacher-forced over every cache. Each step's
+// per-head L1/L2 equal `ckv bound`'s (analyze_layer, the file method over the run's kept
+// sets) at that step's query over the unmasked pass of prompt + answer, step 1 equals the
+// first-token probe, theta_hat bounds L1, and each step's next-token KL equals `ckv mask`'s:
+// one -inf-masked pass over prompt + answer with the run's evictions.
+class CacheEvalSteps : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CacheEvalSteps, EveryStepEqualsBoundAndMask) {
+  const bool compress_prompt = GetParam();
+  const Model& model = model_named(compress_prompt ? "tiny_qwen2_bias" : "tiny_llama_gqa");
+  const ModelConfig& cf = model.config;
+  Forward fwd(model, {.threads = 2});
+  ThreadPool pool(2);
+  CacheEvalInput input{.id = "s", .prompt = random_tokens(56, cf.vocab, 31), .context_end = 50, .answer_ids = {}};
+  CacheEvalSettings s;
+  s.params.window = 8;
+  s.methods = {MethodSpec::parse("snapkv"), MethodSpec::parse("criticalkv(snapkv)")};
+  s.budgets = {0.3};
+  s.compress_prompt = compress_prompt;
+  s.max_new_tokens = 6;
+  s.track_steps = 5;
+  s.ignore_eos = true;
+  check_cache_eval_settings(s);
+  const CacheEvalResult r = evaluate_with_cache(fwd, model, input, s, pool);
+  const int64_t n = r.n, c = r.c, steps = 5;
+  ASSERT_EQ(r.step_tokens.size(), 5u);
+  EXPECT_TRUE(std::equal(r.step_tokens.begin(), r.step_tokens.end(), r.full.decoded.tokens.begin()));
+  EXPECT_EQ(r.step_tokens[0], r.first_token);
+  EXPECT_TRUE(r.full.step_next.empty());
+
+  // The unmasked pass over prompt + answer: bound's inputs at every step's query.
+  std::vector<int32_t> seq = input.prompt;
+  seq.insert(seq.end(), r.step_tokens.begin(), r.step_tokens.end());
+  test::KeepingRecorder rec;
+  ForwardRequest req;
+  req.record.qkv = true;
+  req.recorder = &rec;
+  req.logit_rows.resize(static_cast<size_t>(steps));
+  std::iota(req.logit_rows.begin(), req.logit_rows.end(), n);
+  const ForwardResult full = fwd.run(seq, req);
+  const auto vocab = static_cast<size_t>(cf.vocab);
+  const size_t per_step = static_cast<size_t>(cf.n_layer * cf.n_head);
+
+  for (const CacheEvalRun& run : r.runs) {
+    SCOPED_TRACE(fmt::format("{} at {}", run.method, run.fraction));
+    ASSERT_EQ(run.step_next.size(), 5u);
+    ASSERT_EQ(run.step_l1.size(), 5 * per_step);
+    for (size_t i = 0; i < per_step; ++i) {  // step 1 is the first-token probe
+      EXPECT_NEAR(run.step_l1[i], run.l1[i], 1e-5 * std::max(1.0f, run.l1[i]));
+      EXPECT_NEAR(run.step_l2[i], run.l2[i], 1e-5 * std::max(1.0f, run.l2[i]));
+    }
+    for (size_t i = 0; i < run.step_l1.size(); ++i) {  // Theorem 3.5: theta_hat >= theta >= L1
+      EXPECT_GE(run.step_theta_hat[i], run.step_l1[i] * (1 - 1e-5f) - 1e-6f) << i;
+      EXPECT_GE(run.step_theta_hat_l2[i], run.step_l2[i] * (1 - 1e-5f) - 1e-6f) << i;
+    }
+    // ckv mask: the run's evictions as -inf logits for every row of prompt + answer that reads them.
+    ForwardRequest masked;
+    masked.mask = run.plan.to_mask(n + steps);
+    masked.logit_rows = req.logit_rows;
+    const ForwardResult ref = fwd.run(seq, masked);
+    for (int64_t t = 0; t < steps; ++t) {
+      const auto at = static_cast<size_t>(t) * vocab;
+      const NextToken want = next_token(full.logits.span().subspan(at, vocab), ref.logits.span().subspan(at, vocab));
+      EXPECT_NEAR(run.step_next[static_cast<size_t>(t)].kl, want.kl, 1e-4 * std::max(1e-2, want.kl)) << "step " << t + 1;
+      EXPECT_EQ(run.step_next[static_cast<size_t>(t)].top1_masked, want.top1_masked) << "step " << t + 1;
+    }
+    EXPECT_GT(run.step_next.back().kl, 0.0);
+    // ckv bound with the file method over this run's kept sets, at every step's query.
+    for (int64_t l = 0; l < cf.n_layer; ++l) {
+      const auto& L = rec.layers.at(l);
+      const Tensor wo = model.weights.layers[static_cast<size_t>(l)].wo.to_f32();
+      const ValueNorms nu = value_norms(L.v, wo, cf.n_head, {}, {.l1 = true, .l2 = true});
+      const LayerTensors t{.q = &L.q, .k = &L.k, .v = &L.v, .wo = &wo, .nu_l1 = &nu.l1, .nu_l2 = &nu.l2};
+      LayerRequest lr;
+      lr.methods = {MethodSpec::parse("file")};
+      lr.budgets = {Budget(run.budget)};
+      lr.c = c;
+      for (int64_t st = 0; st < steps; ++st) lr.eval_rows.push_back(n + st);
+      lr.layer = l;
+      lr.n_layer = cf.n_layer;
+      for (int64_t g = 0; g < cf.n_kv_head; ++g) lr.file_kept.push_back(complement(run.plan.at(l, g), c));
+      const LayerResult b = analyze_layer(t, lr);
+      for (int64_t st = 0; st < steps; ++st)
+        for (int64_t h = 0; h < cf.n_head; ++h) {
+          const size_t at = static_cast<size_t>((st * cf.n_layer + l) * cf.n_head + h);
+          const double l1 = b.at(0, 0, h, st)[kL1], l2 = b.at(0, 0, h, st)[kL2];
+          EXPECT_NEAR(run.step_l1[at], l1, 1e-4 * std::max(1.0, l1)) << "step " << st + 1 << " layer " << l << " head " << h;
+          EXPECT_NEAR(run.step_l2[at], l2, 1e-4 * std::max(1.0, l2)) << "step " << st + 1 << " layer " << l << " head " << h;
+        }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Compress, CacheEvalSteps, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "prompt" : "context"; });
+
 TEST(CacheEval, RefusesWhatACacheCannotDo) {
   CacheEvalSettings s;
   s.budgets = {0.5};
@@ -185,6 +281,14 @@ TEST(CacheEval, RefusesWhatACacheCannotDo) {
   s.budgets = {0.5};
   s.methods = {MethodSpec::parse("file")};
   EXPECT_THROW(check_cache_eval_settings(s), UsageError);
+  s.methods = {MethodSpec::parse("snapkv")};
+  s.max_new_tokens = 4;
+  s.track_steps = 5;  // more steps than the answer may have
+  EXPECT_THROW(check_cache_eval_settings(s), UsageError);
+  s.track_steps = -1;
+  EXPECT_THROW(check_cache_eval_settings(s), UsageError);
+  s.track_steps = 4;
+  EXPECT_NO_THROW(check_cache_eval_settings(s));
 }
 
 }  // namespace

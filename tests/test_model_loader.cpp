@@ -251,7 +251,8 @@ TEST(ModelLoader, MissingInputs) {
 
 TEST(ModelLoader, UnsupportedArchitecture) {
   expect_load_error<ckv::UnsupportedError>(
-      kDir / "bad_arch.gguf", "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3, phi3, gemma3)");
+      kDir / "bad_arch.gguf",
+      "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3, phi3, qwen3moe, gemma3)");
   ScratchDir d;
   d.tiny_llama([](nlohmann::json& c) { c["model_type"] = "gemma2"; });
   expect_load_error<ckv::UnsupportedError>(d.path(), "unsupported architecture 'gemma2'");

@@ -3,7 +3,6 @@
 // (analysis/cache_eval.h), each decoded greedily and scored as the record's task defines
 // (data/answer_score.h); HDF5 + CSV + JSON (output/eval_schema.h) with shards, --resume and
 // `ckv merge`; a console table of accuracy per method x budget (the paper's Figure 2).
-#include <cctype>
 #include <filesystem>
 #include <optional>
 
@@ -42,7 +41,7 @@ struct EvalOptions {
   std::string pool = "max", gqa_reduce = "mean";
   SelectionParams params;
   MethodOptions method_opts;
-  int64_t max_new_tokens = 32;
+  int64_t max_new_tokens = 32, track_steps = 0;
   std::vector<std::string> stop;
   bool ignore_eos = false, chat = false, no_answer_space = false;
   std::string out = "eval";
@@ -65,6 +64,7 @@ CacheEvalSettings settings_of(const EvalOptions& o) {
   s.compress_prompt = o.compress == "prompt";
   s.selection_file = o.selection_file;
   s.max_new_tokens = o.max_new_tokens;
+  s.track_steps = o.track_steps;
   s.stop_strings = o.stop;
   s.ignore_eos = o.ignore_eos;
   check_cache_eval_settings(s);
@@ -86,17 +86,8 @@ nlohmann::json settings_json(const EvalOptions& o, const CacheEvalSettings& s) {
           {"ea_future", o.params.ea_future}, {"ea_sinks", o.params.ea_sinks}, {"ea_epsilon", o.params.ea_epsilon},
           {"ea_covariance", o.params.ea_covariance}, {"ea_vnorm", o.params.ea_vnorm},
           {"headkv_beta", o.params.headkv_beta}, {"headkv_temp", o.params.headkv_temp},
-          {"max_new_tokens", o.max_new_tokens}, {"stop", o.stop},     {"ignore_eos", o.ignore_eos},
+          {"max_new_tokens", o.max_new_tokens}, {"track_steps", o.track_steps}, {"stop", o.stop},     {"ignore_eos", o.ignore_eos},
           {"chat", o.chat},            {"answer_space", !o.no_answer_space}};
-}
-
-// The reference answer teacher-forced for log p: the record's "answer", else its first
-// reference; a space before it unless it starts with one (the answer follows "Answer:").
-std::vector<int32_t> answer_ids(const InputRecord& r, const Tokenizer& tok, bool space) {
-  std::string text = r.answer.value_or(r.answers.empty() ? std::string() : r.answers.front());
-  if (text.empty()) return {};
-  if (space && !std::isspace(static_cast<unsigned char>(text.front()))) text = " " + text;
-  return tok.encode(text, false);
 }
 
 void print_record(const EvalRecord& r) {
@@ -160,7 +151,7 @@ void run_eval(const EvalOptions& o, const GlobalOptions& g) {
       rec.prompt = p.tokens;
       rec.prompt_text = token_texts(model.tokenizer.get(), p.tokens);
       rec.decoded_text = [&](const std::vector<int32_t>& ids) { return token_texts(model.tokenizer.get(), ids); };
-      rec.answer_ids = answer_ids(r, *model.tokenizer, !o.no_answer_space);
+      rec.answer_ids = answer_token_ids(r, *model.tokenizer, !o.no_answer_space);
       rec.result = evaluate_with_cache(fwd, model,
                                        {.id = r.id, .prompt = p.tokens, .context_end = p.context_end,
                                         .answer_ids = rec.answer_ids},
@@ -226,6 +217,11 @@ void register_eval(CLI::App& app, GlobalOptions& g) {
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   add_method_options(*cmd, o->method_opts, o->params);
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "Greedy tokens per answer at most")->capture_default_str();
+  cmd->add_option("--track-steps", o->track_steps,
+                  "N: follow the perturbation along the answer: the full cache's first N answer tokens are "
+                  "teacher-forced over every cache, and each step's per-head L1/L2, theta_hat and next-token KL "
+                  "stored (docs/EVAL.md \"Along the answer\"); 0: off")
+      ->capture_default_str();
   cmd->add_option("--stop", o->stop, "Stop an answer once it contains this string (repeatable)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Generate past the end-of-sequence token");
   cmd->add_flag("--chat", o->chat, "Wrap each record's context and question in the model's chat template");

@@ -43,7 +43,22 @@ struct Planned {
   double fraction = 1;
   Budget budget;  // kept per KV head, with the fraction's keep share (selection.h)
   EvictionPlan plan;
+  // [n_layer * n_kv_head] the selection's stage-1 (or top) set, for theta_hat along the
+  // answer; empty for a selection file (its kept set stands in: theta_hat = theta there).
+  std::vector<std::vector<int64_t>> stage1;
 };
+
+// The kept evictable positions (< c) of one layer and KV head of a plan.
+std::vector<int64_t> kept_positions(const Planned& p, int64_t layer, int64_t kv_head, int64_t c) {
+  std::vector<int64_t> keep;
+  const std::vector<int64_t>& ev = p.plan.at(layer, kv_head);
+  size_t j = 0;
+  for (int64_t i = 0; i < c; ++i) {
+    if (j < ev.size() && ev[j] == i) ++j;
+    else keep.push_back(i);
+  }
+  return keep;
+}
 
 // Copies rows [0, count) of every KV head of a layer of the cache into [n_kv_head, count, d_head].
 void cache_rows(const KvCache& cache, int64_t layer, int64_t count, Tensor& k, Tensor& v) {
@@ -95,9 +110,12 @@ class LayerSelector {
     SelectionInputs in = selection_inputs(t, lr, snap, any_of_kind(methods_, Kind::H2O), &pool_);
     in.layer_totals = lr.layer_totals;
     for (Planned* p : plans_) {
-      const Selection sel = select(p->method, in, p->budget, params_);
-      for (int64_t g = 0; g < cf.n_kv_head; ++g)
+      Selection sel = select(p->method, in, p->budget, params_);
+      p->stage1.resize(static_cast<size_t>(cf.n_layer * cf.n_kv_head));
+      for (int64_t g = 0; g < cf.n_kv_head; ++g) {
         p->plan.at(layer, g) = complement(sel.kept[static_cast<size_t>(g)], c_);
+        p->stage1[static_cast<size_t>(layer * cf.n_kv_head + g)] = std::move(sel.stage1[static_cast<size_t>(g)]);
+      }
     }
   }
 
@@ -145,16 +163,7 @@ class FirstTokenProbe {
     // Kept evictable positions per plan and KV head (< c; entries >= c are never evicted).
     std::vector<std::vector<std::vector<int64_t>>> kept(plans_.size());
     for (size_t p = 0; p < plans_.size(); ++p)
-      for (int64_t g = 0; g < cf.n_kv_head; ++g) {
-        std::vector<int64_t> keep;
-        const std::vector<int64_t>& ev = plans_[p].plan.at(layer, g);
-        size_t j = 0;
-        for (int64_t i = 0; i < c_; ++i) {
-          if (j < ev.size() && ev[j] == i) ++j;
-          else keep.push_back(i);
-        }
-        kept[p].push_back(std::move(keep));
-      }
+      for (int64_t g = 0; g < cf.n_kv_head; ++g) kept[p].push_back(kept_positions(plans_[p], layer, g, c_));
     const std::vector<float> zeros(static_cast<size_t>(len), 0.0f);  // nu: L1/L2 do not read it
     pool_.parallel_for(cf.n_head, [&](int64_t h) {
       const int64_t g = h / group;
@@ -196,6 +205,78 @@ class FirstTokenProbe {
   ThreadPool& pool_;
 };
 
+// Along the answer (track_steps): the actual perturbation and theta_hat (docs/MATH.md §3) of
+// every plan at each teacher-forced step's query over the full cache, one layer at a time:
+// the steps' query rows at positions [n, n + steps) over the cache [0, n + steps).
+class StepProbe {
+ public:
+  StepProbe(const Model& model, const std::vector<Planned>& plans, int64_t c, int64_t n, int64_t steps, ThreadPool& pool)
+      : model_(model), plans_(plans), c_(c), n_(n), steps_(steps), pool_(pool) {
+    const ModelConfig& cf = model.config;
+    const auto size = static_cast<size_t>(steps * cf.n_layer * cf.n_head);
+    l1.assign(plans.size(), std::vector<float>(size, 0.0f));
+    l2 = theta_hat = theta_hat_l2 = l1;
+  }
+
+  // q: [n_head, steps, d_head] of the steps' tokens; cache holds [0, n + steps) in every head.
+  void measure(int64_t layer, const Tensor& q, const KvCache& cache) {
+    const ModelConfig& cf = model_.config;
+    const int64_t group = cf.n_head / cf.n_kv_head, d = cf.d_head, len = n_ + steps_;
+    const Tensor wo = model_.weights.layers[static_cast<size_t>(layer)].wo.to_f32();
+    Tensor k, v;
+    cache_rows(cache, layer, len, k, v);
+    const ValueNorms nu = value_norms(v, wo, cf.n_head, {}, {.l1 = true, .l2 = true}, &pool_);
+    std::vector<std::vector<std::vector<int64_t>>> kept(plans_.size()), stage1(plans_.size());
+    for (size_t p = 0; p < plans_.size(); ++p)
+      for (int64_t g = 0; g < cf.n_kv_head; ++g) {
+        kept[p].push_back(kept_positions(plans_[p], layer, g, c_));
+        const std::vector<std::vector<int64_t>>& s1 = plans_[p].stage1;
+        stage1[p].push_back(s1.empty() ? kept[p].back() : s1[static_cast<size_t>(layer * cf.n_kv_head + g)]);
+      }
+    std::vector<int64_t> pos(static_cast<size_t>(steps_));
+    std::iota(pos.begin(), pos.end(), n_);
+    pool_.parallel_for(cf.n_head, [&](int64_t h) {
+      const int64_t g = h / group;
+      const MatrixD qd = Eigen::Map<const RowMatrix>(q.data() + h * steps_ * d, steps_, d).cast<double>();
+      const MatrixD kd = Eigen::Map<const RowMatrix>(k.data() + g * len * d, len, d).cast<double>();
+      const MatrixD attn = attention_rows(qd, kd, pos);  // [steps, len]
+      HeadTensors ht;
+      ht.v = v.data() + g * len * d;
+      ht.wo = wo.data();
+      ht.d_head = d;
+      ht.d_model = cf.d_model;
+      ht.n_head = cf.n_head;
+      ht.head = h;
+      ht.nu_l1 = std::span<const float>(nu.l1.data() + h * len, static_cast<size_t>(len));
+      ht.nu_l2 = std::span<const float>(nu.l2.data() + h * len, static_cast<size_t>(len));
+      const HeadEval e(ht, attn, pos, c_);
+      std::vector<MetricRow> rows(plans_.size() * static_cast<size_t>(steps_));
+      std::vector<HeadSelection> todo;
+      for (size_t p = 0; p < plans_.size(); ++p)
+        todo.push_back({kept[p][static_cast<size_t>(g)], stage1[p][static_cast<size_t>(g)],
+                        std::span<MetricRow>(rows).subspan(p * static_cast<size_t>(steps_), static_cast<size_t>(steps_))});
+      e.metrics(todo);
+      for (size_t p = 0; p < plans_.size(); ++p)
+        for (int64_t s = 0; s < steps_; ++s) {
+          const MetricRow& m = rows[p * static_cast<size_t>(steps_) + static_cast<size_t>(s)];
+          const auto at = static_cast<size_t>((s * cf.n_layer + layer) * cf.n_head + h);
+          l1[p][at] = static_cast<float>(m[kL1]);
+          l2[p][at] = static_cast<float>(m[kL2]);
+          theta_hat[p][at] = static_cast<float>(m[kThetaHat]);
+          theta_hat_l2[p][at] = static_cast<float>(m[kThetaHatL2]);
+        }
+    });
+  }
+
+  std::vector<std::vector<float>> l1, l2, theta_hat, theta_hat_l2;  // [plan][steps * n_layer * n_head]
+
+ private:
+  const Model& model_;
+  const std::vector<Planned>& plans_;
+  int64_t c_, n_, steps_;
+  ThreadPool& pool_;
+};
+
 double mean_of(const std::vector<float>& x) {
   double s = 0;
   for (float v : x) s += v;
@@ -219,6 +300,9 @@ void check_cache_eval_settings(const CacheEvalSettings& s) {
   for (double f : s.budgets)
     if (!(f > 0 && f < 1)) fail<UsageError>("--budgets {}: a fraction in (0, 1) (1 keeps everything: that is the full cache, always evaluated)", f);
   if (s.max_new_tokens < 1) fail<UsageError>("--max-new-tokens {}: at least 1", s.max_new_tokens);
+  if (s.track_steps < 0 || s.track_steps > s.max_new_tokens)
+    fail<UsageError>("--track-steps {}: a number of answer tokens in [0, --max-new-tokens {}]", s.track_steps,
+                     s.max_new_tokens);
 }
 
 CacheEvalResult evaluate_with_cache(Forward& fwd, const Model& model, const CacheEvalInput& input,
@@ -247,7 +331,8 @@ CacheEvalResult evaluate_with_cache(Forward& fwd, const Model& model, const Cach
       std::iota(layers.begin(), layers.end(), 0);
       std::iota(heads.begin(), heads.end(), 0);
       Planned p{.method = m, .fraction = std::numeric_limits<double>::quiet_NaN(), .budget = 0,
-                .plan = plan_from_selection_file(s.selection_file, c, n, layers, heads, cf.n_layer, cf.n_kv_head)};
+                .plan = plan_from_selection_file(s.selection_file, c, n, layers, heads, cf.n_layer, cf.n_kv_head),
+                .stage1 = {}};
       p.budget = Budget(c - p.plan.total_evicted() / (cf.n_layer * cf.n_kv_head));
       plans.push_back(std::move(p));
       continue;
@@ -255,7 +340,8 @@ CacheEvalResult evaluate_with_cache(Forward& fwd, const Model& model, const Cach
     for (double f : s.budgets) {
       const Budget b = budget_of_fraction(c, f);
       if (b.kept >= c) fail<InputError>("{}: budget {} keeps all {} evictable entries", who, f, c);
-      plans.push_back({.method = m, .fraction = f, .budget = b, .plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, c, n)});
+      plans.push_back({.method = m, .fraction = f, .budget = b, .plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, c, n),
+                       .stage1 = {}});
     }
   }
 
@@ -355,6 +441,8 @@ CacheEvalResult evaluate_with_cache(Forward& fwd, const Model& model, const Cach
 
   // 2. The full cache, with the probe at the first decoded token.
   std::vector<float> full_first;
+  CachedRequest forced_steps;  // step 4: every row's logits
+  ForwardResult full_steps;    // [steps, vocab] the full cache's along the answer
   {
     FirstTokenProbe probe(model, plans, c, n, pool);
     CachedRequest req;
@@ -368,6 +456,12 @@ CacheEvalResult evaluate_with_cache(Forward& fwd, const Model& model, const Cach
     full.kept_per_head.assign(static_cast<size_t>(cf.n_layer * cf.n_kv_head), c);
     KvCache cache = context;
     run_over(cache, full, full_first, req);
+    if (s.track_steps > 0) {
+      const size_t steps = std::min(static_cast<size_t>(s.track_steps), full.decoded.tokens.size());
+      result.step_tokens.assign(full.decoded.tokens.begin(), full.decoded.tokens.begin() + static_cast<ptrdiff_t>(steps));
+      forced_steps.logit_rows.resize(steps);
+      std::iota(forced_steps.logit_rows.begin(), forced_steps.logit_rows.end(), 0);
+    }
     full.first = next_token(full_first, full_first);
     full.first_logits = full_first;
     full.plan = EvictionPlan::none(cf.n_layer, cf.n_kv_head, c, n);
@@ -381,6 +475,24 @@ CacheEvalResult evaluate_with_cache(Forward& fwd, const Model& model, const Cach
       run.mean_l1 = mean_of(run.l1);
       run.mean_l2 = mean_of(run.l2);
       result.runs.push_back(std::move(run));
+    }
+    // 4. Along the answer: the full cache's answer teacher-forced over the full cache, the
+    // probe at every step (and below over each compressed cache).
+    if (!result.step_tokens.empty()) {
+      StepProbe step_probe(model, plans, c, n, static_cast<int64_t>(result.step_tokens.size()), pool);
+      CachedRequest step_req = forced_steps;
+      step_req.before_attention = [&](int64_t layer, const Tensor& q, const Tensor&, const Tensor&, KvCache& kv) {
+        step_probe.measure(layer, q, kv);
+      };
+      cache.truncate(n);
+      full_steps = fwd.run_cached(result.step_tokens, cache, step_req);
+      for (size_t p = 0; p < plans.size(); ++p) {
+        CacheEvalRun& run = result.runs[p];
+        run.step_l1 = std::move(step_probe.l1[p]);
+        run.step_l2 = std::move(step_probe.l2[p]);
+        run.step_theta_hat = std::move(step_probe.theta_hat[p]);
+        run.step_theta_hat_l2 = std::move(step_probe.theta_hat_l2[p]);
+      }
     }
   }
 
@@ -398,6 +510,13 @@ CacheEvalResult evaluate_with_cache(Forward& fwd, const Model& model, const Cach
     run_over(cache, run, run.first_logits, {});
     run.first = next_token(full_first, run.first_logits);
     run.plan = plans[p].plan;
+    if (!result.step_tokens.empty()) {
+      cache.truncate(n);
+      const ForwardResult forced = fwd.run_cached(result.step_tokens, cache, forced_steps);
+      for (size_t t = 0; t < result.step_tokens.size(); ++t)
+        run.step_next.push_back(next_token(full_steps.logits.span().subspan(t * vocab, vocab),
+                                           forced.logits.span().subspan(t * vocab, vocab)));
+    }
   }
   return result;
 }

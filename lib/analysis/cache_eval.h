@@ -17,6 +17,13 @@
 //      `ckv bound --eval first-decode` reports for the same selection;
 //   3. per method x budget: a copy of the context cache with the evicted entries dropped,
 //      then the question, teacher forcing and decoding as in 2.
+//   4. with track_steps = N (docs/EVAL.md "Along the answer"): the full cache's first N greedy
+//      tokens are teacher-forced over the full cache and over every compressed cache, so that
+//      both see the same prefix; at each step s (the s-th answer token, fed at position
+//      n + s - 1) and per layer and query head, the actual perturbation L1/L2 of the selection
+//      at that step's query over the full cache and its bound theta_hat (docs/MATH.md §3), and
+//      the next-token KL of the row (compressed against full). Step 1 is the first decoded
+//      token, the query of 2.'s probe.
 //
 // With compress = prompt the whole prompt is prefilled and evictable (c = n; docs/BOUND.md
 // "Protocol"): the first token comes from the prefill's last row (no compressed entry is
@@ -46,6 +53,7 @@ struct CacheEvalSettings {
   int64_t max_new_tokens = 32;
   std::vector<std::string> stop_strings;
   bool ignore_eos = false;
+  int64_t track_steps = 0;  // answer tokens followed after compression (0: none; at most max_new_tokens)
 };
 
 struct CacheEvalInput {
@@ -70,17 +78,26 @@ struct CacheEvalRun {
   std::vector<float> first_logits;  // [vocab] that row's logits
   double mean_l1 = 0, mean_l2 = 0;  // actual perturbation at the first decoded token, mean over layers and heads
   std::vector<float> l1, l2;  // [n_layer * n_head] the same per layer and query head
+  // Along the answer (track_steps; empty for the full cache and without it), per step s of
+  // CacheEvalResult::step_tokens, layer and query head, [steps * n_layer * n_head]: the actual
+  // perturbation at the step's query and the theta_hat bounds (L1 and L2 norms).
+  std::vector<float> step_l1, step_l2, step_theta_hat, step_theta_hat_l2;
+  std::vector<NextToken> step_next;  // [steps] the step row's next token against the full cache's
 };
 
 struct CacheEvalResult {
   int64_t n = 0, c = 0, question_start = 0;
   int32_t first_token = -1;   // the full cache's first decoded token (the probe's query)
+  // The full cache's first min(track_steps, answer length) greedy tokens, teacher-forced over
+  // every cache: step s feeds step_tokens[s - 1] at position n + s - 1.
+  std::vector<int32_t> step_tokens;
   CacheEvalRun full;
   std::vector<CacheEvalRun> runs;  // [method x budget], methods outer
 };
 
 // Checks settings that need no model: budgets in (0, 1), methods available with a cache
-// (file needs selection_file; oracle is refused; attn needs compress context). UsageError.
+// (file needs selection_file; oracle is refused; attn needs compress context), track_steps
+// in [0, max_new_tokens]. UsageError.
 void check_cache_eval_settings(const CacheEvalSettings& settings);
 
 // Evaluates one record. Throws InputError for a record with no question (context_end >= n)

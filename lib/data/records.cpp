@@ -2,6 +2,7 @@
 #include "data/records.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include <nlohmann/json.hpp>
 
@@ -249,6 +250,13 @@ int64_t prefix_token_boundary(std::string_view text, size_t byte, bool is_end, c
 }
 
 }  // namespace
+
+std::vector<int32_t> answer_token_ids(const InputRecord& record, const Tokenizer& tokenizer, bool leading_space) {
+  std::string text = record.answer.value_or(record.answers.empty() ? std::string() : record.answers.front());
+  if (text.empty()) return {};
+  if (leading_space && !std::isspace(static_cast<unsigned char>(text.front()))) text = " " + text;
+  return tokenizer.encode(text, false);
+}
 
 RecordPrompt tokenize_record(const InputRecord& record, const Tokenizer& tokenizer, bool chat) {
   const std::string where = record.line > 0 ? fmt::format("record \"{}\" (line {})", record.id, record.line)

@@ -113,6 +113,11 @@ struct RecordPrompt {
 // does not contain the text verbatim.
 RecordPrompt tokenize_record(const InputRecord& record, const Tokenizer& tokenizer, bool chat);
 
+// The reference answer that `ckv eval` teacher-forces for log p(answer): the record's
+// "answer", else its first reference, with a space before it (the answer follows "Answer:")
+// unless it starts with one or leading_space is false; empty when the record has none.
+std::vector<int32_t> answer_token_ids(const InputRecord& record, const Tokenizer& tokenizer, bool leading_space);
+
 // Spans as the records' JSON writes them: {name: [[start, end], ...]} (the writers of
 // `ckv niah` and `ckv ruler`).
 nlohmann::ordered_json spans_to_json(const NamedSpans& spans);

@@ -53,6 +53,14 @@ constexpr WeightName kTable[] = {
     {WeightKind::PostAttnNorm, true, "blk.{}.post_attention_norm.weight", "", "blk.{}.post_attention_norm.weight"},
     {WeightKind::PostFfnNorm, true, "blk.{}.post_ffw_norm.weight",
      "model.layers.{}.post_feedforward_layernorm.weight", "blk.{}.post_ffw_norm.weight"},
+    {WeightKind::FfnGateInp, true, "blk.{}.ffn_gate_inp.weight", "model.layers.{}.mlp.gate.weight",
+     "blk.{}.ffn_gate_inp.weight", "model.layers.{}.block_sparse_moe.gate.weight"},
+    {WeightKind::FfnGateExps, true, "blk.{}.ffn_gate_exps.weight", "model.layers.{}.mlp.experts.{}.gate_proj.weight",
+     "blk.{}.ffn_gate_exps.weight", "model.layers.{}.block_sparse_moe.experts.{}.w1.weight"},
+    {WeightKind::FfnUpExps, true, "blk.{}.ffn_up_exps.weight", "model.layers.{}.mlp.experts.{}.up_proj.weight",
+     "blk.{}.ffn_up_exps.weight", "model.layers.{}.block_sparse_moe.experts.{}.w3.weight"},
+    {WeightKind::FfnDownExps, true, "blk.{}.ffn_down_exps.weight", "model.layers.{}.mlp.experts.{}.down_proj.weight",
+     "blk.{}.ffn_down_exps.weight", "model.layers.{}.block_sparse_moe.experts.{}.w2.weight"},
 };
 
 std::string expand(std::string_view pattern, bool per_layer, int64_t layer) {
@@ -73,9 +81,16 @@ const WeightName& weight_name(WeightKind kind) {
   fail("no name table entry for weight kind {}", static_cast<int>(kind));
 }
 
-std::string hf_name(WeightKind kind, int64_t layer) {
+std::string hf_name(WeightKind kind, int64_t layer, bool mixtral) {
   const WeightName& w = weight_name(kind);
-  return expand(w.hf, w.per_layer, layer);
+  return expand(mixtral && !w.hf_mixtral.empty() ? w.hf_mixtral : w.hf, w.per_layer, layer);
+}
+
+std::string hf_expert_name(WeightKind kind, int64_t layer, int64_t expert, bool mixtral) {
+  const WeightName& w = weight_name(kind);
+  if (kind != WeightKind::FfnGateExps && kind != WeightKind::FfnUpExps && kind != WeightKind::FfnDownExps)
+    fail("weight kind {} is not an expert's", static_cast<int>(kind));
+  return fmt::format(fmt::runtime(mixtral ? w.hf_mixtral : w.hf), layer, expert);
 }
 
 std::string gguf_name(WeightKind kind, int64_t layer) {

@@ -36,6 +36,12 @@ enum class WeightKind {
                  // HF calls it post_attention_layernorm, the llama name of FfnNorm: the
                  // family renames, model/family.h)
   PostFfnNorm,   // [d_model] RMSNorm of the MLP output before its residual add (gemma3)
+  // Mixture of experts (qwen3moe, mixtral). GGUF stacks the experts of a layer in one tensor
+  // per projection; an HF checkpoint stores one tensor per expert ("{}" twice: layer, expert).
+  FfnGateInp,   // [n_expert, d_model] the router
+  FfnGateExps,  // [n_expert, d_ff_expert, d_model]
+  FfnUpExps,    // [n_expert, d_ff_expert, d_model]
+  FfnDownExps,  // [n_expert, d_model, d_ff_expert]
 };
 
 struct WeightName {
@@ -44,14 +50,18 @@ struct WeightName {
   std::string_view canonical;  // ckv's own name, e.g. "blk.{}.attn_q.weight"
   std::string_view hf;         // "" when HF checkpoints do not store it
   std::string_view gguf;
+  std::string_view hf_mixtral = {};  // Mixtral's HF spelling where it differs (block_sparse_moe)
 };
 
 std::span<const WeightName> weight_name_table();
 const WeightName& weight_name(WeightKind kind);
 
 // File names for a weight; `layer` is ignored for global weights. Empty when the format
-// does not store that weight.
-std::string hf_name(WeightKind kind, int64_t layer = 0);
+// does not store that weight. `mixtral`: Mixtral's HF spelling of the expert weights.
+std::string hf_name(WeightKind kind, int64_t layer = 0, bool mixtral = false);
 std::string gguf_name(WeightKind kind, int64_t layer = 0);
+// The HF tensor of one expert of FfnGateExps, FfnUpExps or FfnDownExps (GGUF: gguf_name's
+// stacked tensor).
+std::string hf_expert_name(WeightKind kind, int64_t layer, int64_t expert, bool mixtral = false);
 
 }  // namespace ckv

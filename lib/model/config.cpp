@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +21,7 @@ constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxWidth = int64_t{1} << 20;  // d_model, d_ff, n_head*d_head
 constexpr int64_t kMaxHeads = int64_t{1} << 14;
 constexpr int64_t kMaxVocab = int64_t{1} << 26;
+constexpr int64_t kMaxExperts = int64_t{1} << 12;
 
 std::vector<float> factor_list(const nlohmann::json& params, const char* key, const std::string& source) {
   const nlohmann::json* v = field(params, key);
@@ -107,6 +109,11 @@ Architecture parse_architecture(const std::string& name, const std::string& sour
   return family_for_hf(name, source).arch;
 }
 
+bool ModelConfig::expert_layer(int64_t l) const {
+  return n_expert > 0 && (l + 1) % decoder_sparse_step == 0 &&
+         std::find(mlp_only_layers.begin(), mlp_only_layers.end(), l) == mlp_only_layers.end();
+}
+
 void ModelConfig::validate(const std::string& source) const {
   auto check = [&](bool ok, std::string_view what) {
     if (!ok) fail<FormatError>("{}: invalid config: {}", source, what);
@@ -135,6 +142,18 @@ void ModelConfig::validate(const std::string& source) const {
         fmt::format("final logit soft-cap {}", final_logit_softcap));
   check(std::isfinite(rope_local_theta) && rope_local_theta >= 0,
         fmt::format("local rope base {}", rope_local_theta));
+  if (n_expert > 0) {
+    check(n_expert <= kMaxExperts, fmt::format("n_expert = {}", n_expert));
+    check(n_expert_used > 0 && n_expert_used <= n_expert,
+          fmt::format("{} experts per token of {}", n_expert_used, n_expert));
+    check(d_ff_expert > 0 && d_ff_expert <= kMaxWidth, fmt::format("expert d_ff = {}", d_ff_expert));
+    check(decoder_sparse_step > 0 && decoder_sparse_step <= kMaxLayers,
+          fmt::format("decoder_sparse_step = {}", decoder_sparse_step));
+    for (int64_t l : mlp_only_layers)
+      check(l >= 0 && l < n_layer, fmt::format("mlp_only_layers holds {} of {} layers", l, n_layer));
+  } else {
+    check(n_expert == 0 && n_expert_used == 0, fmt::format("{} experts per token of {}", n_expert_used, n_expert));
+  }
   const RopeScaling& r = rope_scaling;
   if (r.type == "llama3") {
     check(r.factor > 0 && r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor &&

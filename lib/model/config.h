@@ -11,7 +11,7 @@ namespace ckv {
 class GgufFile;
 
 // The decoder families ckv implements; model/family.h describes each one.
-enum class Architecture { Llama, Qwen2, Qwen3, Phi3, Gemma3 };
+enum class Architecture { Llama, Qwen2, Qwen3, Phi3, Qwen3Moe, Gemma3 };
 
 // The gate of the MLP: SiLU (SwiGLU) or GELU's tanh approximation (GeGLU, Gemma's
 // gelu_pytorch_tanh).
@@ -63,6 +63,18 @@ struct ModelConfig {
   double attn_scale = 0;          // attention logit scale; 0: 1/sqrt(d_head)
   bool post_norms = false;        // RMSNorm of each block's output before its residual add
   double final_logit_softcap = 0; // > 0: logits <- cap * tanh(logits / cap)
+  // Mixture of experts (qwen3moe, mixtral; docs/MODELS.md "Mixture of experts"): an expert
+  // layer's MLP is n_expert SiLU-gated MLPs of width d_ff_expert and a router [n_expert,
+  // d_model]; each token runs the n_expert_used experts of its largest router softmax
+  // probabilities, weighted by those probabilities (renormalised to sum 1 when
+  // norm_topk_prob). The other layers keep the dense MLP of width d_ff.
+  int64_t n_expert = 0;          // 0: every layer is dense
+  int64_t n_expert_used = 0;     // experts per token (top-k)
+  int64_t d_ff_expert = 0;       // each expert's intermediate size
+  bool norm_topk_prob = false;
+  int64_t decoder_sparse_step = 1;       // HF: layer l has experts when (l + 1) % step == 0
+  std::vector<int64_t> mlp_only_layers;  // HF: layers with the dense MLP whatever the step
+  bool hf_mixtral_expert_names = false;  // HF checkpoint spells them block_sparse_moe.*.w1/w3/w2
 
   int64_t group_size() const { return n_head / n_kv_head; }  // query heads per KV head
   // The window of `layer`'s attention: sliding_window on a sliding layer, else 0 (none).
@@ -74,6 +86,8 @@ struct ModelConfig {
   }
   // Marks every layer sliding (Mistral, Phi-3: one window for the whole model).
   void slide_every_layer() { sliding_layers.assign(static_cast<size_t>(n_layer), 1); }
+  // Whether layer l's MLP is the experts (HF Qwen3MoeDecoderLayer's rule).
+  bool expert_layer(int64_t l) const;
   // Checks positivity and divisibility; throws FormatError naming `source`.
   void validate(const std::string& source) const;
 };

@@ -14,7 +14,7 @@ namespace ckv {
 std::span<const Family* const> families() {
   // The table: one entry per family_<name>.cpp.
   static const Family* const kFamilies[] = {&llama_family(), &qwen2_family(), &qwen3_family(),
-                                            &phi3_family(), &gemma3_family()};
+                                            &phi3_family(), &qwen3moe_family(), &gemma3_family()};
   return kFamilies;
 }
 
@@ -83,6 +83,14 @@ std::vector<std::string> family_features(const ModelConfig& c) {
   if (c.embed_scale != 1) out.push_back(fmt::format("embeddings times {:.6g}", c.embed_scale));
   if (c.attn_scale > 0) out.push_back(fmt::format("attention logit scale {:.6g}", c.attn_scale));
   if (c.final_logit_softcap > 0) out.push_back(fmt::format("final logit soft-cap {:g}", c.final_logit_softcap));
+  if (c.n_expert > 0) {
+    int64_t dense = 0;
+    for (int64_t l = 0; l < c.n_layer; ++l) dense += c.expert_layer(l) ? 0 : 1;
+    out.push_back(fmt::format("{} experts of d_ff {}", c.n_expert, c.d_ff_expert));
+    out.push_back(fmt::format("{} experts per token", c.n_expert_used));
+    out.emplace_back(c.norm_topk_prob ? "top-k weights renormalised" : "top-k weights as routed");
+    if (dense > 0) out.push_back(fmt::format("{} dense layers", dense));
+  }
   return out;
 }
 
@@ -194,6 +202,37 @@ void refuse_attention_bias(const nlohmann::json& j, const std::string& source,
   if (bool_field(j, "attention_bias", source, false))
     fail<UnsupportedError>("{}: {} attention_bias (q/k/v/o_proj biases) is not supported", source,
                            family);
+}
+
+int64_t expert_count_field(const nlohmann::json& j, const std::string& source, int64_t fallback) {
+  const bool has_a = field(j, "num_experts") != nullptr, has_b = field(j, "num_local_experts") != nullptr;
+  const int64_t a = int_field(j, "num_experts", source, fallback);
+  const int64_t b = int_field(j, "num_local_experts", source, fallback);
+  if (has_a && has_b && a != b)
+    fail<FormatError>("{}: num_experts {} and num_local_experts {} differ (one attribute in HF)", source, a, b);
+  return has_a ? a : b;
+}
+
+void read_gguf_experts(const GgufFile& gguf, ModelConfig& c) {
+  const std::string source = gguf.path().string();
+  auto key = [&](std::string_view suffix) { return fmt::format("{}.{}", c.arch_name, suffix); };
+  c.n_expert = gguf.get_int(key("expert_count")).value_or(0);
+  if (c.n_expert == 0) return;
+  const std::optional<int64_t> used = gguf.get_int(key("expert_used_count"));
+  if (!used) fail<FormatError>("{}: missing metadata {}", source, key("expert_used_count"));
+  c.n_expert_used = *used;
+  c.d_ff_expert = gguf.get_int(key("expert_feed_forward_length")).value_or(c.d_ff);
+  c.norm_topk_prob = gguf.get_bool(key("expert_weights_norm")).value_or(true);
+  for (const char* shared : {"expert_shared_count", "expert_shared_feed_forward_length"})
+    if (gguf.get_int(key(shared)).value_or(0) != 0)
+      fail<UnsupportedError>("{}: shared experts ({}) are not supported", source, key(shared));
+  // llama.cpp's enum: 1 softmax, 2 sigmoid.
+  if (const auto gating = gguf.get_int(key("expert_gating_func")); gating && *gating != 1)
+    fail<UnsupportedError>("{}: expert gating function {} ({}) is not supported (softmax)", source, *gating,
+                           key("expert_gating_func"));
+  if (const auto scale = gguf.get_float(key("expert_weights_scale")); scale && *scale != 1.0)
+    fail<UnsupportedError>("{}: expert weight scale {} ({}) is not supported", source, *scale,
+                           key("expert_weights_scale"));
 }
 
 }  // namespace family_detail

@@ -59,7 +59,8 @@ const Family& family_for_gguf(const std::string& arch, const std::string& source
 // The graph features a config turns on, in words, for `ckv info`: "q/k norm", "fused qkv",
 // "fused gate/up", "qkv bias", "partial rotary 12 of 16 dims", "longrope (...)", "sliding
 // window N on L of M layers (...)", "GeGLU", "post-norms", "rope base B on sliding layers",
-// "logit scale", "final logit soft-cap". Empty for a plain llama.
+// "logit scale", "final logit soft-cap", "128 experts of d_ff 768", "8 experts per token",
+// "top-k weights renormalised", "N dense layers". Empty for a plain llama.
 std::vector<std::string> family_features(const ModelConfig& c);
 
 // Whether the model's attention logits are scaled by 1/sqrt(d_head), the scale ckv's
@@ -73,6 +74,7 @@ const Family& llama_family();
 const Family& qwen2_family();
 const Family& qwen3_family();
 const Family& phi3_family();
+const Family& qwen3moe_family();
 const Family& gemma3_family();
 
 // The language model's config of a multimodal Gemma 3 checkpoint (Gemma3ForConditionalGeneration,
@@ -111,6 +113,15 @@ void refuse_short_gguf_window(const GgufFile& gguf, ModelConfig& c);
 // Refuses HF `attention_bias: true` where it also biases o_proj (llama, qwen3).
 void refuse_attention_bias(const nlohmann::json& j, const std::string& source,
                            std::string_view family);
+// HF's expert count: `num_experts` or `num_local_experts`, the same attribute of Qwen3MoeConfig
+// and MixtralConfig under either name (transformers 5 writes num_local_experts for both);
+// `fallback` when absent, FormatError when both are given and differ.
+int64_t expert_count_field(const nlohmann::json& j, const std::string& source, int64_t fallback);
+// The experts of a GGUF (`{arch}.expert_count`, `expert_used_count`,
+// `expert_feed_forward_length`, else d_ff; `expert_weights_norm`, else renormalised as
+// llama.cpp's llama and qwen3moe graphs do); none when expert_count is absent or 0. Refuses
+// shared experts, a gating function other than softmax and a weight scale other than 1.
+void read_gguf_experts(const GgufFile& gguf, ModelConfig& c);
 }  // namespace family_detail
 
 }  // namespace ckv

@@ -10,6 +10,7 @@
 #include "model/rope_freq.h"
 #include "ops/linear.h"
 #include "ops/mlp.h"
+#include "ops/moe.h"
 #include "ops/rms_norm.h"
 
 namespace ckv {
@@ -66,6 +67,18 @@ ExecOptions exec_options(const ForwardOptions& options) {
           .compute = options.compute};
 }
 
+// An expert layer's router and experts (model/config.h).
+void check_expert_shapes(const ModelConfig& c, const LayerWeights& w, const std::string& p) {
+  expect_shape(w.ffn_gate_inp, {c.n_expert, c.d_model}, p + "ffn_gate_inp");
+  if (static_cast<int64_t>(w.experts.size()) != c.n_expert)
+    fail<FormatError>("weight {}ffn_*_exps holds {} experts, the config needs {}", p, w.experts.size(), c.n_expert);
+  for (const ExpertWeights& e : w.experts) {
+    expect_shape(e.w_gate, {c.d_ff_expert, c.d_model}, p + "ffn_gate_exps");
+    expect_shape(e.w_up, {c.d_ff_expert, c.d_model}, p + "ffn_up_exps");
+    expect_shape(e.w_down, {c.d_model, c.d_ff_expert}, p + "ffn_down_exps");
+  }
+}
+
 void check_rows(std::span<const int64_t> rows, int64_t seq, const char* what) {
   for (int64_t r : rows)
     if (r < 0 || r >= seq) fail<InputError>("{}: row {} outside the {} tokens", what, r, seq);
@@ -110,6 +123,10 @@ Forward::Forward(const ModelConfig& config, const ModelWeights& weights, Forward
     if (c.post_norms) {
       expect_shape(w.post_attn_norm, {c.d_model}, p + "post_attention_norm");
       expect_shape(w.post_ffn_norm, {c.d_model}, p + "post_ffw_norm");
+    }
+    if (c.expert_layer(l)) {
+      check_expert_shapes(c, w, p);
+      continue;
     }
     expect_shape(w.w_gate, {c.d_ff, c.d_model}, p + "ffn_gate");
     expect_shape(w.w_up, {c.d_ff, c.d_model}, p + "ffn_up");
@@ -190,12 +207,19 @@ void Forward::post_norm(const Tensor& weight) {
   if (config_.post_norms) rms_norm(ctx_, block_out_, weight, static_cast<float>(config_.rms_eps), block_out_);
 }
 
-// resid_ += MLP(ffn_norm(resid_)) (post-normed where the family says so).
+// resid_ += MLP(ffn_norm(resid_)): the dense MLP, or an expert layer's experts (post-normed where
+// the family says so).
 void Forward::mlp_block(int64_t layer) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   rms_norm(ctx_, resid_, w.ffn_norm, static_cast<float>(config_.rms_eps), normed_);
-  gated_mlp(ctx_, normed_, w.w_gate, w.w_up, w.w_down, block_out_,
-            config_.ffn_act == FfnActivation::GeluTanh ? GateActivation::GeluTanh : GateActivation::Silu);
+  if (config_.expert_layer(layer)) {
+    std::vector<MoeExpert> experts;
+    for (const ExpertWeights& e : w.experts) experts.push_back({&e.w_gate, &e.w_up, &e.w_down});
+    moe_mlp(ctx_, normed_, w.ffn_gate_inp, experts, config_.n_expert_used, config_.norm_topk_prob, block_out_);
+  } else {
+    gated_mlp(ctx_, normed_, w.w_gate, w.w_up, w.w_down, block_out_,
+              config_.ffn_act == FfnActivation::GeluTanh ? GateActivation::GeluTanh : GateActivation::Silu);
+  }
   post_norm(w.post_ffn_norm);
   add_residual(layer);
 }

@@ -4,8 +4,9 @@
 // projections (+ biases), per-head q/k RMSNorm (qwen3, gemma3), RoPE over the rotary dims
 // (longrope's factors and scale for phi3; gemma3's sliding layers their own base), causal
 // attention (within the sliding window on the config's sliding layers), o_proj, (post-norm,
-// gemma3), residual; RMSNorm, gated MLP (SiLU or GELU-tanh), (post-norm), residual. Embeddings
-// times the config's scale, final logits soft-capped where it sets a cap. It calls ops only, in one execution context
+// gemma3), residual; RMSNorm, gated MLP (SiLU or GELU-tanh; or a mixture of SiLU-gated experts:
+// ops/moe.h), (post-norm), residual. Embeddings times the config's scale, final logits
+// soft-capped where it sets a cap. It calls ops only, in one execution context
 // (ops/context.h) made from ForwardOptions when the Forward is built, and never branches on
 // the device. Only the CPU runs it: a CUDA device is refused at construction (the kernels
 // exist, but the pass's KV cache, recordings and masks are host-side and the device path has

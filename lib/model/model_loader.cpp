@@ -23,6 +23,9 @@ namespace ckv {
 namespace {
 
 using NameFn = std::function<std::string(WeightKind, int64_t)>;
+// The tensor of one expert in a format that stores each on its own (HF); null where the
+// experts of a layer are stacked in one tensor per projection (GGUF).
+using ExpertNameFn = std::function<std::string(WeightKind, int64_t layer, int64_t expert)>;
 
 // The HF shape each weight must have under config c.
 std::vector<int64_t> expected_shape(WeightKind kind, const ModelConfig& c) {
@@ -67,6 +70,13 @@ std::vector<int64_t> expected_shape(WeightKind kind, const ModelConfig& c) {
       return {c.d_ff, c.d_model};
     case WeightKind::FfnDown:
       return {c.d_model, c.d_ff};
+    case WeightKind::FfnGateInp:
+      return {c.n_expert, c.d_model};
+    case WeightKind::FfnGateExps:
+    case WeightKind::FfnUpExps:
+      return {c.n_expert, c.d_ff_expert, c.d_model};
+    case WeightKind::FfnDownExps:
+      return {c.n_expert, c.d_model, c.d_ff_expert};
   }
   return {};
 }
@@ -77,7 +87,8 @@ std::vector<int64_t> expected_shape(WeightKind kind, const ModelConfig& c) {
 // `owner`); a fused matrix becomes one view per part, each a run of whole rows (a
 // quantisation block never crosses a row), with no copy. The small vectors are float32.
 void load_weights(const std::shared_ptr<const TensorSource>& src, const NameFn& name_of,
-                  const ModelConfig& c, const std::string& source, ModelWeights& w) {
+                  const ExpertNameFn& expert_name_of, const ModelConfig& c, const std::string& source,
+                  ModelWeights& w) {
   struct Part {
     WeightMatrix* dst;
     int64_t rows;  // consecutive rows of the stored matrix, after the previous parts'
@@ -97,6 +108,25 @@ void load_weights(const std::shared_ptr<const TensorSource>& src, const NameFn& 
   };
   auto add_mat = [&](WeightMatrix* dst, WeightKind kind, int64_t layer) {
     add_split(kind, layer, {{dst, expected_shape(kind, c)[0]}});
+  };
+  // An expert layer's router and experts: from one tensor per expert and projection, or
+  // from a stacked [n_expert, rows, cols] tensor per projection viewed as n_expert row runs.
+  auto add_experts = [&](LayerWeights& L, int64_t layer) {
+    add_mat(&L.ffn_gate_inp, WeightKind::FfnGateInp, layer);
+    L.experts.resize(static_cast<size_t>(c.n_expert));
+    for (const auto& [kind, member] : {std::pair{WeightKind::FfnGateExps, &ExpertWeights::w_gate},
+                                       std::pair{WeightKind::FfnUpExps, &ExpertWeights::w_up},
+                                       std::pair{WeightKind::FfnDownExps, &ExpertWeights::w_down}}) {
+      const std::vector<int64_t> shape = expected_shape(kind, c);  // [n_expert, rows, cols]
+      std::vector<Part> parts;
+      for (ExpertWeights& e : L.experts) parts.push_back({&(e.*member), shape[1]});
+      if (!expert_name_of) {
+        add_split(kind, layer, std::move(parts));
+        continue;
+      }
+      for (int64_t e = 0; e < c.n_expert; ++e)
+        jobs.push_back({nullptr, {parts[static_cast<size_t>(e)]}, expert_name_of(kind, layer, e), {shape[1], shape[2]}});
+    }
   };
   add_mat(&w.token_embd, WeightKind::TokenEmbd, 0);
   add_vec(&w.output_norm, WeightKind::OutputNorm, 0);
@@ -126,6 +156,10 @@ void load_weights(const std::shared_ptr<const TensorSource>& src, const NameFn& 
     if (c.post_norms) add_vec(&L.post_attn_norm, WeightKind::PostAttnNorm, l);
     add_vec(&L.ffn_norm, WeightKind::FfnNorm, l);
     if (c.post_norms) add_vec(&L.post_ffn_norm, WeightKind::PostFfnNorm, l);
+    if (c.expert_layer(l)) {
+      add_experts(L, l);
+      continue;
+    }
     if (c.fused_gate_up) {
       add_split(WeightKind::FfnGateUp, l, {{&L.w_gate, c.d_ff}, {&L.w_up, c.d_ff}});
     } else {
@@ -152,10 +186,14 @@ void load_weights(const std::shared_ptr<const TensorSource>& src, const NameFn& 
     try {
       // Each part views its rows of the whole (the whole is checked first, so a row's bytes
       // are bytes.size() / rows).
-      const WeightMatrix whole = WeightMatrix::view(info.dtype, info.shape[0], info.shape[1], bytes, src);
+      // A stacked [n, rows, cols] tensor is viewed as [n*rows, cols].
+      const int64_t cols = info.shape.back();
+      int64_t rows = 1;
+      for (size_t d = 0; d + 1 < info.shape.size(); ++d) rows *= info.shape[d];
+      const WeightMatrix whole = WeightMatrix::view(info.dtype, rows, cols, bytes, src);
       int64_t first = 0;
       for (const Part& part : job.parts) {
-        *part.dst = WeightMatrix::view(info.dtype, part.rows, info.shape[1],
+        *part.dst = WeightMatrix::view(info.dtype, part.rows, cols,
                                        bytes.subspan(static_cast<size_t>(first * whole.row_bytes()),
                                                      static_cast<size_t>(part.rows * whole.row_bytes())),
                                        src);
@@ -235,7 +273,7 @@ Model load_gguf(const std::filesystem::path& path) {
   m.config = config_from_gguf(gguf);
   m.config.validate(source);
   load_weights(
-      file, [](WeightKind k, int64_t l) { return gguf_name(k, l); }, m.config, source, m.weights);
+      file, [](WeightKind k, int64_t l) { return gguf_name(k, l); }, nullptr, m.config, source, m.weights);
   if (family_of(m.config.arch).gguf_permuted_qk) {
     const std::vector<int32_t> q_map = unpermute_map(m.config.n_head, m.config.d_head);
     const std::vector<int32_t> k_map = unpermute_map(m.config.n_kv_head, m.config.d_head);
@@ -280,17 +318,22 @@ Model load_hf_dir(const std::filesystem::path& dir) {
   const auto weights = std::make_shared<const SafetensorsDir>(dir);
   const Family& family = family_of(m.config.arch);
   const std::string prefix = text_model_prefix(*weights);
+  const bool mixtral = m.config.hf_mixtral_expert_names;
+  // "model.X" -> prefix + "X"; lm_head under "language_model." where the prefix is there.
+  const auto prefixed = [&prefix](std::string name) {
+    if (prefix.empty()) return name;
+    if (name.starts_with("model.")) return prefix + name.substr(6);
+    return prefix.starts_with("language_model.") ? "language_model." + name : name;
+  };
   load_weights(
       weights,
       [&](WeightKind k, int64_t l) {
         std::string name = family.hf_name != nullptr ? family.hf_name(k, l) : "";
-        if (name.empty()) name = hf_name(k, l);
-        if (prefix.empty()) return name;
-        // "model.X" -> prefix + "X"; lm_head under "language_model." where the prefix is there.
-        if (name.starts_with("model.")) return prefix + name.substr(6);
-        return prefix.starts_with("language_model.") ? "language_model." + name : name;
+        if (name.empty()) name = hf_name(k, l, mixtral);
+        return prefixed(std::move(name));
       },
-      m.config, dir.string(), m.weights);
+      [&](WeightKind k, int64_t l, int64_t e) { return prefixed(hf_expert_name(k, l, e, mixtral)); }, m.config,
+      dir.string(), m.weights);
   if (family.hf_norm_plus_one) add_one_to_norms(m.weights);
   const std::filesystem::path tokenizer_path = dir / "tokenizer.json";
   if (std::filesystem::exists(tokenizer_path)) m.tokenizer = tokenizer_from_json(tokenizer_path);

@@ -7,8 +7,12 @@ template <typename Fn>
 void for_each_matrix(const ModelWeights& w, Fn&& fn) {
   fn(w.token_embd);
   fn(w.output);
-  for (const LayerWeights& l : w.layers)
-    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) fn(*m);
+  for (const LayerWeights& l : w.layers) {
+    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.ffn_gate_inp})
+      fn(*m);
+    for (const ExpertWeights& e : l.experts)
+      for (const WeightMatrix* m : {&e.w_gate, &e.w_up, &e.w_down}) fn(*m);
+  }
 }
 }  // namespace
 
@@ -25,8 +29,12 @@ ModelWeights dequantized_copy(const ModelWeights& w) {
   };
   convert(out.token_embd);
   convert(out.output);
-  for (LayerWeights& l : out.layers)
-    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) convert(*m);
+  for (LayerWeights& l : out.layers) {
+    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.ffn_gate_inp})
+      convert(*m);
+    for (ExpertWeights& e : l.experts)
+      for (WeightMatrix* m : {&e.w_gate, &e.w_up, &e.w_down}) convert(*m);
+  }
   return out;
 }
 

@@ -11,6 +11,14 @@
 
 namespace ckv {
 
+// One expert of a mixture-of-experts layer: a SiLU-gated MLP of width d_ff_expert. From a
+// GGUF, row views of the layer's stacked ffn_*_exps tensors.
+struct ExpertWeights {
+  WeightMatrix w_gate;  // [d_ff_expert, d_model]
+  WeightMatrix w_up;    // [d_ff_expert, d_model]
+  WeightMatrix w_down;  // [d_model, d_ff_expert]
+};
+
 struct LayerWeights {
   Tensor attn_norm;     // [d_model]
   WeightMatrix wq;      // [n_head*d_head, d_model]
@@ -28,6 +36,9 @@ struct LayerWeights {
   WeightMatrix w_gate;  // [d_ff, d_model]
   WeightMatrix w_up;    // [d_ff, d_model]
   WeightMatrix w_down;  // [d_model, d_ff]
+  // An expert layer (ModelConfig::expert_layer) has these in place of w_gate/w_up/w_down:
+  WeightMatrix ffn_gate_inp;           // [n_expert, d_model] the router
+  std::vector<ExpertWeights> experts;  // [n_expert]
 };
 
 struct ModelWeights {

@@ -58,6 +58,33 @@ AnswerScores scores_from_json(const nlohmann::json& j) {
   return s;
 }
 
+// Along the answer (--track-steps): per step, layer and query head, of a compressed run.
+void write_steps(h5::Group& g, const CacheEvalRun& run, int64_t n_layer, int64_t n_head) {
+  const auto steps = static_cast<int64_t>(run.step_next.size());
+  if (steps == 0) return;
+  const std::vector<int64_t> shape{steps, n_layer, n_head};
+  const std::vector<std::string> dims{"step", "layer", "head"};
+  put(g, "step_l1", h5::DType::F32, shape, run.step_l1, dims,
+      "L1 norm of the change of each head's output at the query of answer step s (the full cache's s-th answer "
+      "token, teacher-forced at position n + s - 1), this run's kept set against the full cache");
+  put(g, "step_l2", h5::DType::F32, shape, run.step_l2, dims, "L2 norm of the same change");
+  put(g, "step_theta_hat", h5::DType::F32, shape, run.step_theta_hat, dims,
+      "the bound theta_hat (L1, docs/MATH.md §3) of the same kept set at the same query");
+  put(g, "step_theta_hat_l2", h5::DType::F32, shape, run.step_theta_hat_l2, dims,
+      "the bound theta_hat of the L2 norm at the same query");
+  std::vector<double> kl;
+  std::vector<int32_t> agree;
+  for (const NextToken& t : run.step_next) {
+    kl.push_back(t.kl);
+    agree.push_back(t.top1_agree ? 1 : 0);
+  }
+  put(g, "step_kl", h5::DType::F64, {steps}, kl, {"step"},
+      "KL(full || this run) of the next-token distribution at answer step s, both caches fed the same tokens",
+      "nats");
+  put(g, "step_top1_agree", h5::DType::I32, {steps}, agree, {"step"},
+      "1 where this run's most likely next token at step s is the full cache's");
+}
+
 void write_run(h5::Group& runs, size_t k, const CacheEvalRun& run, const std::optional<AnswerScores>& scores,
                const std::vector<std::string>& token_text, int64_t n_layer, int64_t n_head, int64_t n_kv_head) {
   h5::Group g = runs.create_group(std::to_string(k));
@@ -90,6 +117,7 @@ void write_run(h5::Group& runs, size_t k, const CacheEvalRun& run, const std::op
       "L1 norm of the change of each head's output at the first decoded row, this cache against the full one "
       "(0 for the full cache)");
   put(g, "l2", h5::DType::F32, {n_layer, n_head}, l2, {"layer", "head"}, "L2 norm of the same change");
+  write_steps(g, run, n_layer, n_head);
 }
 
 [[noreturn]] void bad(const h5::Object& o, const std::string& what) {
@@ -162,6 +190,13 @@ void EvalFile::write_record(const EvalRecord& r) {
   set_token_text(tokens, r.prompt_text);
   put(g, "answer_ids", h5::DType::I32, {static_cast<int64_t>(r.answer_ids.size())}, r.answer_ids, {"token"},
       "token ids of the reference answer, whose log-probability each run reports");
+  if (!r.result.step_tokens.empty()) {
+    h5::Dataset steps = put(g, "step_tokens", h5::DType::I32, {static_cast<int64_t>(r.result.step_tokens.size())},
+                            r.result.step_tokens, {"step"},
+                            "the full cache's greedy answer tokens that --track-steps feeds to every cache, step s "
+                            "at position n + s - 1; each compressed run's step_* datasets follow them");
+    if (r.decoded_text) set_token_text(steps, r.decoded_text(r.result.step_tokens));
+  }
   h5::Group runs = g.create_group("runs");
   describe(runs, "one group per run, numbered in the order run: 0 the full cache, then method x budget; each "
                  "group's attribute `label` names it, the record's `run_labels` lists them in order");
@@ -196,6 +231,11 @@ void check_eval_record(const h5::Group& r, int64_t n_layer, int64_t n_head, int6
   if (!parse_answer_task(r.attr_string("task")) && r.attr_string("task") != "none")
     bad(r, fmt::format("task \"{}\" unknown", r.attr_string("task")));
   if (!r.attr_json("answers").is_array()) bad(r, "attribute \"answers\" is not a list");
+  int64_t steps = 0;  // --track-steps
+  if (r.is_dataset("step_tokens")) {
+    need_dataset(r, "step_tokens", h5::DType::I32, {-1});
+    steps = r.open_dataset("step_tokens").shape().at(0);
+  }
   if (!r.is_group("runs")) bad(r, "group \"runs\" missing");
   const std::vector<std::string> names = run_names(r);
   if (names.empty() || names.front() != "0") bad(r, "run 0 (the full cache) missing");
@@ -222,8 +262,39 @@ void check_eval_record(const h5::Group& r, int64_t n_layer, int64_t n_head, int6
       if (k < 0 || k > c) bad(g, fmt::format("dataset \"kept\" holds {}, outside [0, {}]", k, c));
     need_dataset(g, "l1", h5::DType::F32, {n_layer, n_head});
     need_dataset(g, "l2", h5::DType::F32, {n_layer, n_head});
+    if (steps > 0 && name != "0") {
+      for (const char* d : {"step_l1", "step_l2", "step_theta_hat", "step_theta_hat_l2"})
+        need_dataset(g, d, h5::DType::F32, {steps, n_layer, n_head});
+      need_dataset(g, "step_kl", h5::DType::F64, {steps});
+      need_dataset(g, "step_top1_agree", h5::DType::I32, {steps});
+    }
   }
 }
+
+namespace {
+
+// Each step's mean over layers and heads of a run's step_* datasets (--track-steps).
+void read_steps(const h5::Group& g, EvalRow& row) {
+  const auto per_step = [&](const char* name) {
+    const std::vector<float> x = g.open_dataset(name).read<float>();
+    const int64_t steps = g.open_dataset(name).shape().at(0);
+    std::vector<double> mean(static_cast<size_t>(steps), 0.0);
+    const size_t each = steps > 0 ? x.size() / static_cast<size_t>(steps) : 0;
+    for (size_t s = 0; s < mean.size(); ++s) {
+      for (size_t i = 0; i < each; ++i) mean[s] += x[s * each + i];
+      mean[s] /= static_cast<double>(std::max<size_t>(each, 1));
+    }
+    return mean;
+  };
+  row.step_l1 = per_step("step_l1");
+  row.step_l2 = per_step("step_l2");
+  row.step_theta_hat = per_step("step_theta_hat");
+  row.step_kl = g.open_dataset("step_kl").read<double>();
+  const std::vector<int32_t> agree = g.open_dataset("step_top1_agree").read<int32_t>();
+  row.step_top1_agree.assign(agree.begin(), agree.end());
+}
+
+}  // namespace
 
 std::vector<EvalRow> read_eval_rows(const std::filesystem::path& eval_h5) {
   const h5::File f = h5::File::open_read(eval_h5);
@@ -256,6 +327,7 @@ std::vector<EvalRow> read_eval_rows(const std::filesystem::path& eval_h5) {
       row.text = g.attr_string("text");
       row.stop = g.attr_string("stop");
       row.tokens = g.open_dataset("tokens").shape().at(0);
+      if (g.is_dataset("step_kl")) read_steps(g, row);
       if (g.has_attr("scores")) row.scores = scores_from_json(g.attr_json("scores"));
       rows.push_back(std::move(row));
     }
@@ -302,6 +374,9 @@ nlohmann::ordered_json eval_summary(const std::vector<EvalRow>& rows) {
     int64_t runs = 0, scored = 0, exact = 0, agree = 0, with_logp = 0;
     double score = 0, f1 = 0, kl = 0, l1 = 0, l2 = 0, dlogp = 0, kept = 0;
     std::vector<double> l1s, dlogps;  // per record: mean L1 and the change of log p(answer)
+    // Along the answer, per step: sums over records and how many records reach the step.
+    std::vector<double> step_l1, step_l2, step_theta_hat, step_kl, step_agree;
+    std::vector<int64_t> step_records;
   };
   // Keys in first-seen order: methods as given, budgets as given.
   std::vector<std::string> methods;
@@ -325,6 +400,17 @@ nlohmann::ordered_json eval_summary(const std::vector<EvalRow>& rows) {
       a.score += r.scores->score;
       a.f1 += r.scores->f1;
       a.exact += r.scores->exact_match;
+    }
+    for (size_t t = 0; t < r.step_kl.size(); ++t) {
+      if (a.step_records.size() <= t)
+        for (auto* v : {&a.step_l1, &a.step_l2, &a.step_theta_hat, &a.step_kl, &a.step_agree}) v->push_back(0.0);
+      if (a.step_records.size() <= t) a.step_records.push_back(0);
+      ++a.step_records[t];
+      a.step_l1[t] += r.step_l1[t];
+      a.step_l2[t] += r.step_l2[t];
+      a.step_theta_hat[t] += r.step_theta_hat[t];
+      a.step_kl[t] += r.step_kl[t];
+      a.step_agree[t] += r.step_top1_agree[t];
     }
     if (r.logp_answer && r.logp_answer_full) {
       ++a.with_logp;
@@ -357,6 +443,19 @@ nlohmann::ordered_json eval_summary(const std::vector<EvalRow>& rows) {
                        {"delta_logp_answer", mean(a.dlogp, a.with_logp)},
                        {"spearman_l1_vs_delta_logp", finite_or_null(spearman(a.l1s, a.dlogps))},
                        {"kept_entries", mean(a.kept, a.runs)}});
+      if (!a.step_records.empty()) {
+        const auto per_step = [&](const std::vector<double>& sum) {
+          nlohmann::json v = nlohmann::json::array();
+          for (size_t t = 0; t < sum.size(); ++t) v.push_back(sum[t] / static_cast<double>(a.step_records[t]));
+          return v;
+        };
+        table.back()["along_answer"] = {{"records", a.step_records},
+                                        {"mean_l1", per_step(a.step_l1)},
+                                        {"mean_l2", per_step(a.step_l2)},
+                                        {"mean_theta_hat", per_step(a.step_theta_hat)},
+                                        {"kl", per_step(a.step_kl)},
+                                        {"top1_agree", per_step(a.step_agree)}};
+      }
     }
   out["by_method_budget"] = table;
   nlohmann::ordered_json corr = nlohmann::ordered_json::object();

@@ -16,6 +16,9 @@
 //                           (NaN without an answer), text, stop, scores (JSON, when the
 //                           record has a task); datasets tokens [t] i32, kept [n_layer,
 //                           n_kv_head] i64, l1 / l2 [n_layer, n_head] f32
+//   with --track-steps S (docs/EVAL.md "Along the answer"): the record's dataset step_tokens [S]
+//   i32, and every run k >= 1 step_l1 / step_l2 / step_theta_hat / step_theta_hat_l2
+//   [S, n_layer, n_head] f32, step_kl [S] f64, step_top1_agree [S] i32
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -82,6 +85,9 @@ struct EvalRow {
   bool top1_agree = true;
   std::optional<double> logp_answer, logp_answer_full;
   std::optional<AnswerScores> scores;
+  // Along the answer (--track-steps), per step: the mean over layers and heads of step_l1,
+  // step_l2, step_theta_hat, and step_kl, step_top1_agree; empty without it.
+  std::vector<double> step_l1, step_l2, step_theta_hat, step_kl, step_top1_agree;
 };
 
 // Every run of every complete record, in input order (full first in each record).

@@ -1,10 +1,19 @@
-"""ckv.kvpress: kept sets computed by ckv applied inside kvpress (docs/PYTHON.md "kvpress"),
-so that ckv's selections (the oracle, criticalkv(...), defensivekv, ...) are scored with
-kvpress's own pipeline and evaluation. Needs torch and kvpress (not dependencies of ckv).
+"""ckv.kvpress: kvpress and ckv in both directions (docs/PYTHON.md "kvpress"). Needs torch
+and kvpress (not dependencies of ckv).
+
+Kept sets computed by ckv applied inside kvpress, so that ckv's selections (the oracle,
+criticalkv(...), defensivekv, ...) are scored with kvpress's own pipeline and evaluation:
 
     press = ckv.kvpress.KeptSetPress(kept={layer: kept_mask [n_kv_head, c]})
     with press(hf_model):
         hf_model(context_ids, past_key_values=cache)      # the cache keeps ckv's entries
+
+And the kept sets of any kvpress press, recorded during its prefill and written as a ckv
+selection file, which `ckv bound --methods file`, `ckv mask --method file` and `ckv eval
+--methods file` read (docs/MASK.md "selection file"):
+
+    kept = ckv.kvpress.kept_sets(kvpress.SnapKVPress(compression_ratio=0.8), hf_model, context_ids)
+    ckv.kvpress.write_selection("snapkv.json", kept, c=len(context_ids))
 """
 from __future__ import annotations
 
@@ -49,3 +58,85 @@ class KeptSetPress(BasePress):
         idx = torch.as_tensor(sel, device=keys.device, dtype=torch.long)
         idx = idx[None, :, :, None].expand(keys.shape[0], -1, -1, keys.shape[3])
         return keys.gather(2, idx).contiguous(), values.gather(2, idx).contiguous()
+
+
+def _kept_of_compressed(keys, compressed) -> np.ndarray:
+    """Which rows of keys [1, n_kv_head, n, d] the press kept in compressed [1, n_kv_head, b, d]:
+    a mask [n_kv_head, n], found by matching each kept key to the identical input key (a
+    press that prunes gathers rows; it does not change them)."""
+    import torch
+
+    if compressed.shape[2] == keys.shape[2]:
+        return np.ones((keys.shape[1], keys.shape[2]), bool)
+    mask = np.zeros((keys.shape[1], keys.shape[2]), bool)
+    for g in range(keys.shape[1]):
+        k, kc = keys[0, g].float(), compressed[0, g].float()
+        d = torch.cdist(kc, k)  # [b, n]
+        best = d.argmin(dim=1)
+        if not bool((d.gather(1, best[:, None]) == 0).all()):
+            raise ValueError("the press changed the kept keys (a merging press?): its kept sets are not positions")
+        mask[g, best.cpu().numpy()] = True
+        if int(mask[g].sum()) != kc.shape[0]:
+            raise ValueError(f"KV head {g}: two kept keys match one input key; the kept set is ambiguous")
+    return mask
+
+
+@dataclass
+class _RecordingPress(BasePress):
+    """Runs `press` unchanged and records, per layer, which prefill entries its cache keeps:
+    rows of the compressed keys (pruning presses) less the entries it masks
+    (module.masked_key_indices: AdaKV and the other head-wise presses)."""
+    press: BasePress = None
+    kept: dict = field(default_factory=dict)
+
+    def post_init_from_model(self, model):
+        self.press.post_init_from_model(model)
+
+    def compress(self, module, hidden_states, keys, values, attentions, kwargs):
+        module.masked_key_indices = None
+        ck, cv = self.press.compress(module, hidden_states, keys, values, attentions, kwargs)
+        mask = _kept_of_compressed(keys, ck)
+        masked = getattr(module, "masked_key_indices", None)
+        if masked is not None:
+            if ck.shape[2] != keys.shape[2]:
+                raise ValueError("the press both prunes and masks: not a kept set per head")
+            b, h, s = (t.cpu().numpy() for t in masked)
+            mask[h[b == 0], s[b == 0]] = False
+        self.kept[module.layer_idx] = mask
+        return ck, cv
+
+
+def kept_sets(press, model, context_ids) -> dict:
+    """The kept sets of a kvpress press: {layer: bool [n_kv_head, c]}, recorded while the
+    press compresses the prefill of context_ids (c tokens, batch of one) on the HF model
+    `model`, as kvpress's pipeline runs it. Layers the press leaves whole keep every entry."""
+    import torch
+    import transformers
+
+    rec = _RecordingPress(press=press)
+    ids = torch.as_tensor(np.asarray(context_ids).reshape(1, -1))
+    with torch.no_grad(), rec(model):
+        model.model(input_ids=ids.to(model.device), past_key_values=transformers.DynamicCache())
+    return rec.kept
+
+
+def write_selection(path, kept: dict, c: int):
+    """Writes kept sets {layer: bool [n_kv_head, c] or positions [n_kv_head, b]} as a ckv
+    selection file (format ckv.selection, version 1: per layer one list of kept context
+    positions per KV head)."""
+    import json
+
+    layers = {}
+    for layer, sel in sorted(kept.items()):
+        sel = np.asarray(sel)
+        if sel.dtype == bool:
+            if sel.shape[-1] != c:
+                raise ValueError(f"layer {layer}: a kept mask of {sel.shape[-1]} entries for c = {c}")
+            rows = [np.flatnonzero(r).tolist() for r in sel]
+        else:
+            rows = [sorted(int(p) for p in r) for r in sel]
+        if any(p < 0 or p >= c for r in rows for p in r):
+            raise ValueError(f"layer {layer}: a kept position outside [0, {c})")
+        layers[str(int(layer))] = {"kept": rows}
+    with open(path, "w") as f:
+        json.dump({"format": "ckv.selection", "format_version": 1, "c": int(c), "layers": layers}, f)

@@ -186,6 +186,43 @@ class Model:
                 setattr(rec, name, out[name])
         return rec
 
+    def eval(self, record: dict, methods: Sequence[str] = ("snapkv", "criticalkv(snapkv)"),
+             budgets: Sequence[float] = (0.2,), **settings) -> dict:
+        """`ckv eval` of one record (docs/EVAL.md): the full cache and every method x budget,
+        each answer decoded greedily over its compressed KV cache, scored by the record's task,
+        with the perturbation measured as the CLI measures it (the very library calls).
+
+        record: a dict as one line of ckv's JSONL input ({"id", "context", "question",
+        "answer"/"answers", "task", ...}; `Model.niah` makes one). budgets: kept fractions of
+        the evictable entries, in (0, 1). settings (the CLI's flags): compress="context" or
+        "prompt", max_new_tokens=32, track_steps=0 (docs/EVAL.md "Along the answer"),
+        stop=[...], ignore_eos=False, chat=False, answer_space=True, window=32, kernel=7,
+        pool="max", gqa_reduce="mean", h2o_rows=256, sinks=4, alpha=0.5, eps=1e-4,
+        alpha_safe=0.2, threads=0 (all cores). The methods that read a file (file, headkv,
+        duoattention) need the CLI.
+
+        Returns {"id", "n", "context_end", "question_start", "first_token", "step_tokens",
+        "runs"}: runs[0] the full cache, then methods x budgets (methods outer), each a dict
+        of the HDF5 run's attributes (method, fraction, budget, text, tokens, stop, kl,
+        top1_agree, mean_l1, mean_l2, logp_answer, scores) and arrays kept [layer, kv_head],
+        l1 / l2 [layer, head], and with track_steps step_l1 / step_l2 / step_theta_hat /
+        step_theta_hat_l2 [step, layer, head], step_kl / step_top1_agree [step]."""
+        import json
+
+        a = _ckv.EvalArgs()
+        a.methods = [str(m) for m in methods]
+        a.budgets = [float(b) for b in budgets]
+        for key, value in settings.items():
+            if key == "stop" and isinstance(value, str):
+                value = [value]
+            if not hasattr(a, key) or key in ("methods", "budgets"):
+                known = [k for k in dir(a) if not k.startswith("_") and k not in ("methods", "budgets")]
+                raise _ckv.UsageError(f"eval: unknown setting '{key}' (known: {', '.join(sorted(known))})")
+            setattr(a, key, value)
+        rec = dict(record)
+        rec.setdefault("id", "0")
+        return self._m.eval(json.dumps(rec), a)
+
     def bound(self, rec: Recording, layer: int, methods: Sequence[str], budgets: Sequence, **params) -> BoundResult:
         """`ckv.bound` on one recorded layer, with this model's W_O and RoPE frequencies;
         the context end and depth from the recording and the model."""

@@ -221,6 +221,10 @@ class EvalRun:
     attrs: dict
     scores: dict               # the task's scores ({} when the record has no task)
     tokens: np.ndarray
+    # --track-steps (docs/EVAL.md "Along the answer"): step_l1, step_l2, step_theta_hat,
+    # step_theta_hat_l2 [step, layer, head], step_kl, step_top1_agree [step]; {} without it
+    # and for the full cache.
+    steps: dict = field(default_factory=dict)
 
     @property
     def score(self) -> float:
@@ -312,7 +316,8 @@ def _read_eval(f, base: dict) -> EvalFile:
             ra = _attrs(rg)
             runs.append(EvalRun(method=ra["method"], fraction=float(ra["fraction"]), attrs=ra,
                                 scores=json.loads(ra["scores"]) if ra.get("scores") else {},
-                                tokens=rg["tokens"][()]))
+                                tokens=rg["tokens"][()],
+                                steps={k: rg[k][()] for k in rg.keys() if k.startswith("step_")}))
         attrs = _attrs(g)
         if base["version"] == 1 and "c" in attrs:      # the version-2 name (SUPPORTED)
             attrs["context_end"] = attrs.pop("c")

@@ -13,9 +13,11 @@
 #include <nanobind/stl/vector.h>
 #include <nlohmann/json.hpp>
 
+#include "analysis/cache_eval.h"
 #include "analysis/value_norms.h"
 #include "bindings.h"
 #include "core/thread_pool.h"
+#include "data/answer_score.h"
 #include "data/niah.h"
 #include "data/records.h"
 #include "model/forward.h"
@@ -82,6 +84,103 @@ class Collector : public Recorder {
   bool keep_qkv_, nu_;
   ThreadPool& pool_;
 };
+
+// `ckv eval`'s settings (docs/EVAL.md) with the CLI's names and defaults; the methods that
+// read a file (file, headkv, duoattention) are the CLI's alone.
+struct EvalArgs {
+  std::vector<std::string> methods;
+  std::vector<double> budgets;  // fractions of the evictable entries, in (0, 1)
+  std::string compress = "context";
+  int64_t max_new_tokens = 32, track_steps = 0;
+  std::vector<std::string> stop;
+  bool ignore_eos = false, chat = false, answer_space = true;
+  int64_t window = 32, kernel = 7, h2o_rows = 256, sinks = 4;
+  std::string pool = "max", gqa_reduce = "mean";
+  double alpha = 0.5, eps = 1e-4, alpha_safe = 0.2;
+  int threads = 0;
+};
+
+CacheEvalSettings eval_settings(const EvalArgs& a) {
+  CacheEvalSettings s;
+  for (const std::string& m : a.methods) {
+    s.methods.push_back(MethodSpec::parse(m));
+    const MethodSpec::Kind leaf = s.methods.back().leaf().kind;
+    if (leaf == MethodSpec::Kind::File || leaf == MethodSpec::Kind::HeadKV || leaf == MethodSpec::Kind::DuoAttention)
+      fail<UsageError>("methods: {} reads a file (a selection, profile or pattern); run `ckv eval` for it", m);
+  }
+  s.budgets = a.budgets;
+  if (a.compress != "context" && a.compress != "prompt")
+    fail<UsageError>("compress '{}': context or prompt", a.compress);
+  s.compress_prompt = a.compress == "prompt";
+  s.max_new_tokens = a.max_new_tokens;
+  s.track_steps = a.track_steps;
+  s.stop_strings = a.stop;
+  s.ignore_eos = a.ignore_eos;
+  s.params.window = a.window;
+  s.params.kernel = a.kernel;
+  s.params.h2o_rows = a.h2o_rows;
+  s.params.sinks = a.sinks;
+  s.params.alpha = a.alpha;
+  s.params.eps = a.eps;
+  s.params.alpha_safe = a.alpha_safe;
+  if (a.pool != "max" && a.pool != "avg") fail<UsageError>("pool '{}': max or avg", a.pool);
+  if (a.gqa_reduce != "mean" && a.gqa_reduce != "max") fail<UsageError>("gqa_reduce '{}': mean or max", a.gqa_reduce);
+  s.params.pool = a.pool == "avg" ? PoolKind::Avg : PoolKind::Max;
+  s.params.gqa_reduce = a.gqa_reduce == "max" ? GqaReduce::Max : GqaReduce::Mean;
+  validate_selection_params(s.params);
+  check_cache_eval_settings(s);
+  return s;
+}
+
+nb::dict scores_dict(const AnswerScores& sc) {
+  nb::dict d;
+  d["task"] = std::string(answer_task_name(sc.task));
+  d["score"] = sc.score;
+  d["string_match_all"] = sc.string_match_all;
+  d["string_match_part"] = sc.string_match_part;
+  d["f1"] = sc.f1;
+  d["exact_match"] = sc.exact_match;
+  d["contains"] = std::vector<bool>(sc.contains.begin(), sc.contains.end());
+  return d;
+}
+
+// One run as `ckv eval` stores it (lib/output/eval_schema.h), arrays without a copy.
+nb::dict run_dict(CacheEvalRun&& run, const Model& model, const InputRecord& record, int64_t steps) {
+  const ModelConfig& cf = model.config;
+  nb::dict d;
+  d["method"] = run.method;
+  d["fraction"] = run.fraction;
+  d["budget"] = run.budget;
+  d["kept_entries"] = run.kept_entries;
+  d["tokens"] = run.decoded.tokens;
+  d["text"] = run.decoded.text;
+  d["stop"] = run.decoded.stop;
+  d["logp_answer"] = run.logp_answer ? nb::cast(*run.logp_answer) : nb::none();
+  d["first_row"] = run.first_row;
+  d["kl"] = run.first.kl;
+  d["top1_agree"] = run.first.top1_agree;
+  d["mean_l1"] = run.mean_l1;
+  d["mean_l2"] = run.mean_l2;
+  if (record.task != AnswerTask::None) d["scores"] = scores_dict(score_answer(record.task, run.decoded.text, record.answers));
+  d["kept"] = to_numpy(std::move(run.kept_per_head), {cf.n_layer, cf.n_kv_head});
+  if (!run.l1.empty()) {
+    d["l1"] = to_numpy(std::move(run.l1), {cf.n_layer, cf.n_head});
+    d["l2"] = to_numpy(std::move(run.l2), {cf.n_layer, cf.n_head});
+  }
+  if (!run.step_next.empty()) {
+    const std::vector<int64_t> shape{steps, cf.n_layer, cf.n_head};
+    d["step_l1"] = to_numpy(std::move(run.step_l1), shape);
+    d["step_l2"] = to_numpy(std::move(run.step_l2), shape);
+    d["step_theta_hat"] = to_numpy(std::move(run.step_theta_hat), shape);
+    d["step_theta_hat_l2"] = to_numpy(std::move(run.step_theta_hat_l2), shape);
+    std::vector<double> kl;
+    std::vector<int32_t> agree;
+    for (const NextToken& t : run.step_next) kl.push_back(t.kl), agree.push_back(t.top1_agree ? 1 : 0);
+    d["step_kl"] = to_numpy(std::move(kl), {steps});
+    d["step_top1_agree"] = to_numpy(std::move(agree), {steps});
+  }
+  return d;
+}
 
 // A model with the forward pass built for it; one run at a time (a mutex), the GIL released.
 class PyModel {
@@ -160,6 +259,38 @@ class PyModel {
     return out;
   }
 
+  // `ckv eval` of one record (a JSON object as a line of its input): the full cache and every
+  // method x budget, decoded, scored and measured as the CLI does.
+  nb::dict eval(const std::string& record_json, const EvalArgs& a) {
+    const CacheEvalSettings settings = eval_settings(a);
+    const InputRecord record = parse_record(record_json, "record", 1, 0);
+    CacheEvalResult result;
+    {
+      nb::gil_scoped_release release;
+      const Tokenizer& tok = tokenizer();
+      std::lock_guard lock(mutex_);
+      Forward& forward = forward_for(a.threads);
+      const RecordPrompt prompt = tokenize_record(record, tok, a.chat);
+      result = evaluate_with_cache(forward, model_,
+                                   {.id = record.id, .prompt = prompt.tokens, .context_end = prompt.context_end,
+                                    .answer_ids = answer_token_ids(record, tok, a.answer_space)},
+                                   settings, *pool_);
+    }
+    const auto steps = static_cast<int64_t>(result.step_tokens.size());
+    nb::dict out;
+    out["id"] = record.id;
+    out["n"] = result.n;
+    out["context_end"] = result.c;
+    out["question_start"] = result.question_start;
+    out["first_token"] = result.first_token;
+    out["step_tokens"] = result.step_tokens;
+    nb::list runs;
+    runs.append(run_dict(std::move(result.full), model_, record, steps));
+    for (CacheEvalRun& run : result.runs) runs.append(run_dict(std::move(run), model_, record, steps));
+    out["runs"] = runs;
+    return out;
+  }
+
   // o_proj.weight of a layer, [d_model, n_head*d_head] float32 (the dump's "wo").
   NumpyArray<float> wo(int64_t layer) const {
     if (layer < 0 || layer >= model_.config.n_layer)
@@ -207,6 +338,27 @@ std::vector<ChatMessage> messages_from(const nb::list& messages) {
 }  // namespace
 
 void register_model(nb::module_& m) {
+  nb::class_<EvalArgs>(m, "EvalArgs")
+      .def(nb::init<>())
+      .def_rw("methods", &EvalArgs::methods)
+      .def_rw("budgets", &EvalArgs::budgets)
+      .def_rw("compress", &EvalArgs::compress)
+      .def_rw("max_new_tokens", &EvalArgs::max_new_tokens)
+      .def_rw("track_steps", &EvalArgs::track_steps)
+      .def_rw("stop", &EvalArgs::stop)
+      .def_rw("ignore_eos", &EvalArgs::ignore_eos)
+      .def_rw("chat", &EvalArgs::chat)
+      .def_rw("answer_space", &EvalArgs::answer_space)
+      .def_rw("window", &EvalArgs::window)
+      .def_rw("kernel", &EvalArgs::kernel)
+      .def_rw("h2o_rows", &EvalArgs::h2o_rows)
+      .def_rw("sinks", &EvalArgs::sinks)
+      .def_rw("pool", &EvalArgs::pool)
+      .def_rw("gqa_reduce", &EvalArgs::gqa_reduce)
+      .def_rw("alpha", &EvalArgs::alpha)
+      .def_rw("eps", &EvalArgs::eps)
+      .def_rw("alpha_safe", &EvalArgs::alpha_safe)
+      .def_rw("threads", &EvalArgs::threads);
   nb::class_<PyModel>(m, "Model")
       .def(nb::init<const std::string&>(), nb::arg("path") = "", nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("config", &PyModel::config)
@@ -254,12 +406,14 @@ void register_model(nb::module_& m) {
             d["answers"] = r.answers;
             d["depths"] = r.depths;
             d["n_tokens"] = r.n_tokens;
+            d["task"] = "niah";  // as `ckv niah` writes it: ckv eval scores it
             return d;
           },
           nb::arg("length") = 4096, nb::arg("seed") = 0, nb::arg("depth") = nb::none(), nb::arg("index") = 0)
       .def("run", &PyModel::run, nb::arg("tokens"), nb::arg("layers") = nb::none(), nb::arg("qkv") = true,
            nb::arg("nu") = true, nb::arg("attn_rows") = std::vector<int64_t>{},
            nb::arg("logit_rows") = std::vector<int64_t>{}, nb::arg("threads") = 0)
+      .def("eval", &PyModel::eval, nb::arg("record_json"), nb::arg("args"))
       .def("wo", &PyModel::wo, nb::arg("layer"))
       .def("rope_inv_freq", &PyModel::inv_freq);
 

@@ -77,3 +77,44 @@ def test_kept_positions():
     mask[1, 1] = True
     with pytest.raises(ValueError, match="different counts"):
         ckv.kvpress.kept_positions(mask)
+
+
+def test_kept_sets_of_a_kvpress_press_feed_ckv_bound(tmp_path):
+    # kvpress -> ckv: SnapKVPress's kept sets recorded during its own prefill equal ckv's snapkv
+    # with the same settings, and `ckv bound --methods file` reads them from the selection file
+    # write_selection makes: its file method keeps exactly what its snapkv keeps.
+    import json
+    import subprocess
+
+    import h5py
+
+    torch.set_num_threads(min(4, os.cpu_count() or 1))
+    model = ckv.load(str(MODEL))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(MODEL.parent), gguf_file=MODEL.name,
+                                                            dtype=torch.float32).eval()
+    rec = model.niah(length=320, seed=3)
+    ids, c = model.tokenize_record(rec["context"], rec["question"])
+    context = ids[:c]
+    press = kvpress.SnapKVPress(compression_ratio=0.5, window_size=64, kernel_size=5)
+    kept = ckv.kvpress.kept_sets(press, hf, context)
+    assert sorted(kept) == list(range(model.config["n_layer"]))
+    recorded = ckv.hf.record(hf, context, logits=False)
+    budget = ckv.budget_from_fraction(c, 0.5)
+    for layer in (0, 7, 29):
+        ours = ckv.select("snapkv", budget, recorded.q[layer], recorded.k[layer], recorded.v[layer],
+                          recorded.wo[layer], context_end=c, window=64, pool="avg", kernel=5)
+        np.testing.assert_array_equal(kept[layer], ours, err_msg=f"layer {layer}")
+    sel = tmp_path / "snapkv.json"
+    ckv.kvpress.write_selection(sel, kept, c)
+    jsonl = tmp_path / "rec.jsonl"
+    jsonl.write_text(json.dumps({"id": "r", "context": rec["context"], "question": rec["question"]}) + "\n")
+    binary = os.environ.get("CKV_BINARY", str(ROOT / "build" / "ckv"))
+    r = subprocess.run([binary, "-q", "bound", "-m", str(MODEL), "-t", "2", "-i", str(jsonl), "--layers", "0,7,29",
+                        "--methods", "snapkv,file", "--selection-file", str(sel), "--budgets", "0.5",
+                        "--window", "64", "--pool", "avg", "--kernel", "5", "-o", str(tmp_path / "b")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with h5py.File(tmp_path / "b.h5", "r") as f:
+        km = f["records/r/kept_mask"][()]  # [method, budget, layer, kv_head, pos]
+        np.testing.assert_array_equal(km[1, 0], km[0, 0])
+        np.testing.assert_array_equal(km[1, 0, 1].astype(bool), kept[7])

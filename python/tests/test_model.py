@@ -160,3 +160,38 @@ def test_errors_carry_the_clis_message(tmp_path, model):
         model.run([0, 1, 10 ** 6])
     with pytest.raises(ckv.UsageError, match="unknown item 'x'"):
         model.run("hi", record="q,x")
+
+
+def test_eval_equals_ckv_eval(model, tmp_path):
+    # Model.eval against `ckv eval` of the same record, read from its HDF5 file with h5py:
+    # the same answers, scores, KL and per-head L at the first decoded token and along the answer.
+    record = {"id": "vell", "context": CONTEXT, "question": QUESTION, "answers": ["green"], "task": "qa"}
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text(json.dumps(record) + "\n")
+    methods, budgets = ["snapkv", "criticalkv(snapkv)"], [0.3]
+    r = cli("eval", "--model", MODEL, "-t", "2", "-i", str(jsonl), "--methods", ",".join(methods), "--budgets", "0.3",
+            "--window", str(WINDOW), "--max-new-tokens", "6", "--track-steps", "4", "-o", str(tmp_path / "ev"))
+    assert r.returncode == 0, r.stderr
+    got = model.eval(record, methods, budgets, window=WINDOW, max_new_tokens=6, track_steps=4, threads=2)
+    with h5py.File(tmp_path / "ev.h5", "r") as f:
+        g = f["records/vell"]
+        assert got["n"] == g.attrs["n"] and got["context_end"] == g.attrs["context_end"]
+        assert list(got["step_tokens"]) == list(g["step_tokens"][()])
+        assert len(got["runs"]) == len(g["runs"]) == 3
+        for k, run in enumerate(got["runs"]):
+            rg = g[f"runs/{k}"]
+            assert run["method"] == rg.attrs["method"]
+            assert list(run["tokens"]) == list(rg["tokens"][()])
+            assert run["text"] == rg.attrs["text"]
+            assert run["scores"]["score"] == pytest.approx(json.loads(rg.attrs["scores"])["score"], abs=1e-12)
+            assert run["kl"] == pytest.approx(rg.attrs["kl"], rel=1e-6, abs=1e-9)
+            np.testing.assert_array_equal(run["kept"], rg["kept"][()])
+            if k == 0:
+                continue
+            np.testing.assert_allclose(run["l1"], rg["l1"][()], rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(run["step_l1"], rg["step_l1"][()], rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(run["step_kl"], rg["step_kl"][()], rtol=1e-6, atol=1e-9)
+    with pytest.raises(ckv.UsageError, match="track_steps|--track-steps"):
+        model.eval(record, methods, budgets, max_new_tokens=2, track_steps=3)
+    with pytest.raises(ckv.UsageError, match="unknown setting 'windw'"):
+        model.eval(record, methods, budgets, windw=3)

@@ -23,6 +23,7 @@ BINARY = os.environ.get("CKV_BINARY", str(ROOT / "build" / "ckv"))
 MODEL = os.environ.get("CKV_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 METHODS = ["snapkv", "criticalkv(snapkv)"]
 BUDGETS = [0.2, 0.5]
+STEPS = 6  # --track-steps
 
 pytestmark = pytest.mark.skipif(not (Path(BINARY).exists() and Path(MODEL).exists()),
                                 reason="ckv binary or default model absent")
@@ -46,7 +47,7 @@ def run(tmp_path_factory):
         "--haystack", str(ROOT / "data/texts/constitution.txt"), "-o", str(tmp / "niah.jsonl"))
     ckv("eval", "-m", MODEL, "-t", "2", "-i", str(tmp / "niah.jsonl"), "--methods", ",".join(METHODS),
         "--budgets", ",".join(map(str, BUDGETS)), "--compress", "prompt", "--max-new-tokens", "8",
-        "-o", str(tmp / "eval"))
+        "--track-steps", str(STEPS), "-o", str(tmp / "eval"))
     summary = json.loads((tmp / "eval.json").read_text())
     return tmp, summary
 
@@ -124,6 +125,34 @@ def test_logp_vs_l1_draws_the_runs_and_the_correlation(run, tmp_path):
         for b in BUDGETS:  # the mean change per budget is the summary's
             d = [lp - full for _, mm, fr, _, lp, full in rows if mm == m and fr == b]
             assert np.mean(d) == pytest.approx(summary_cell(summary, m, b, "delta_logp_answer"), abs=1e-9)
+
+
+def test_along_answer_draws_the_summary_and_step_one_is_the_first_token(run, tmp_path):
+    tmp, summary = run
+    f = open_ckv(tmp / "eval.h5")
+    fig = FE.perturbation_along_answer(f, tmp_path)
+    assert (tmp_path / "eval_perturbation_along_answer.png").exists()
+    with h5py.File(tmp / "eval.h5", "r") as h:
+        for rid, g in h["records"].items():
+            steps = g["step_tokens"][()]
+            assert 1 <= steps.size <= STEPS
+            assert np.array_equal(steps, g["runs/0/tokens"][()][:steps.size])  # the full cache's answer
+            for k in list(g["runs"].keys())[1:]:
+                rg = g[f"runs/{k}"]
+                assert rg["step_l1"].shape == (steps.size, h.attrs["n_layer"], h.attrs["n_head"])
+                # step 1 is the first decoded token's query: the run's per-head l1
+                np.testing.assert_allclose(rg["step_l1"][0], rg["l1"][()], rtol=1e-5, atol=1e-7)
+                # Theorem 3.5: theta_hat bounds L1 at every step
+                assert np.all(rg["step_theta_hat"][()] >= rg["step_l1"][()] * (1 - 1e-5) - 1e-6)
+                # --compress prompt: step 1's row is the first row that reads the compressed cache
+                assert rg["step_kl"][0] == pytest.approx(rg.attrs["kl"], rel=1e-6, abs=1e-9)
+    for m in METHODS:
+        for b in BUDGETS:
+            want = summary_cell(summary, m, b, "along_answer")
+            drawn = fig.arrays["curves"][f"{m} {100 * b:g}%"]
+            np.testing.assert_allclose(drawn["l1"], want["mean_l1"], rtol=1e-6)
+            np.testing.assert_allclose(drawn["kl"], want["kl"], rtol=1e-6, atol=1e-12)
+            np.testing.assert_allclose(drawn["records"], want["records"])
 
 
 def test_spearman_matches_definition():

@@ -2,7 +2,8 @@
 """Sanity-check tests/data/golden/*.h5 against a second, independent forward pass:
 plain numpy in float64 from the weight files themselves (safetensors read
 directly; GGUF dequantised with gguf-py and un-permuted here; llama3 rope from
-docs/MODELS.md's formula or from rope_freqs.weight). Also: attention rows sum to 1,
+docs/MODELS.md's formula or from rope_freqs.weight; qwen3's q/k norms; Qwen3-MoE's and
+Mixtral's experts token by token, their GGUFs unstacked by make_tiny_models.moe_from_gguf). Also: attention rows sum to 1,
 entries after the query are exactly 0. Uses the C++ tests' tolerances (issue 2),
 so a C++ failure against these goldens points at the C++ side.
 Usage: check_forward_goldens.py [golden.h5 ...]   (default: all)
@@ -19,7 +20,7 @@ from safetensors import safe_open
 import gguf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_tiny_models import ROOT, gguf_name, unpermute_qk  # noqa: E402
+from make_tiny_models import ROOT, gguf_name, moe_from_gguf, unpermute_qk  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 TOL = {"q": 1e-4, "k": 1e-4, "v": 1e-4, "resid": 1e-4, "head_out": 1e-4}
@@ -39,12 +40,29 @@ def load_hf(path):
               d_head=cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"],
               theta=cfg.get("rope_theta", rp.get("rope_theta", 10000.0)),
               scaling=cfg.get("rope_scaling") or (rp if rp.get("rope_type") == "llama3" else None))
+    hp.update(moe_hparams(cfg))
     return hp, w
+
+
+def moe_hparams(cfg):
+    """Qwen3-MoE / Mixtral routing from config.json (docs/MODELS.md "Mixture of experts")."""
+    if cfg["model_type"] not in ("qwen3_moe", "mixtral"):
+        return {}
+    mixtral = cfg["model_type"] == "mixtral"
+    n = cfg.get("num_experts", cfg.get("num_local_experts"))
+    step, only = cfg.get("decoder_sparse_step", 1), cfg.get("mlp_only_layers", [])
+    return dict(top_k=cfg["num_experts_per_tok"], norm_topk=mixtral or cfg.get("norm_topk_prob", False),
+                expert_layers=[l for l in range(cfg["num_hidden_layers"])
+                               if n > 0 and l not in only and (l + 1) % step == 0],
+                moe_prefix="block_sparse_moe" if mixtral else "mlp",
+                moe_names=("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj"))
 
 
 def load_gguf(path):
     r = gguf.GGUFReader(str(path))
     arch = r.fields["general.architecture"].contents()
+    if f"{arch}.expert_count" in r.fields:  # the MoE copies of HF directories
+        return load_moe_gguf(path, r)
     f = lambda k: r.fields[f"{arch}.{k}"].contents()  # noqa: E731
     hp = dict(n_layer=f("block_count"), n_head=f("attention.head_count"),
               n_kv_head=f("attention.head_count_kv"), eps=f("attention.layer_norm_rms_epsilon"),
@@ -54,7 +72,8 @@ def load_gguf(path):
         for sub in ("input_layernorm", "post_attention_layernorm"):
             names[gguf_name(f"model.layers.{l}.{sub}.weight")] = f"model.layers.{l}.{sub}.weight"
         for sub in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                    "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
+                    "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+                    "self_attn.q_norm", "self_attn.k_norm"):
             hf = f"model.layers.{l}.{sub}.weight"
             names[gguf_name(hf)] = hf
     for hf in ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"):
@@ -71,6 +90,20 @@ def load_gguf(path):
         elif arch == "llama" and ".attn_k." in t.name:
             a = unpermute_qk(a, hp["n_kv_head"])
         w[names[t.name]] = a
+    return hp, w
+
+
+def load_moe_gguf(path, r):
+    """tiny_qwen3moe.gguf / tiny_mixtral.gguf: hyperparameters from the HF directory of the
+    same name, weights from the GGUF (dequantised, unstacked and un-permuted by
+    make_tiny_models.moe_from_gguf)."""
+    hp, hf_w = load_hf(path.with_suffix(""))
+    spec = dict(arch=json.loads((path.with_suffix("") / "config.json").read_text())["model_type"],
+                n_head=hp["n_head"], n_kv_head=hp["n_kv_head"])
+    tensors = {t.name: gguf.quants.dequantize(t.data, t.tensor_type).reshape(
+        [int(x) for x in reversed(t.shape)]).astype(np.float64) for t in r.tensors}
+    w = moe_from_gguf(spec, list(hf_w), tensors)
+    assert sorted(w) == sorted(hf_w), f"{path}: tensors differ from the HF directory's"
     return hp, w
 
 
@@ -102,6 +135,24 @@ def rms(x, w, eps):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
 
+def moe(hp, w, p, xn):
+    """Token by token: softmax of the router logits, the top_k experts, their weights
+    renormalised when norm_topk, the weighted sum of their SiLU-gated MLPs."""
+    gate_n, up_n, down_n = hp["moe_names"]
+    out = np.zeros_like(xn)
+    for t in range(xn.shape[0]):
+        z = w[p + "gate.weight"] @ xn[t]
+        prob = np.exp(z - z.max())
+        prob /= prob.sum()
+        top = np.argsort(-prob, kind="stable")[:hp["top_k"]]
+        wt = prob[top] / (prob[top].sum() if hp["norm_topk"] else 1.0)
+        for e, we in zip(top, wt):
+            g = w[f"{p}experts.{e}.{gate_n}.weight"] @ xn[t]
+            u = w[f"{p}experts.{e}.{up_n}.weight"] @ xn[t]
+            out[t] += we * (w[f"{p}experts.{e}.{down_n}.weight"] @ (g / (1 + np.exp(-g)) * u))
+    return out
+
+
 def forward(hp, w, ids):
     """Yields (layer, dict) then ("logits", array); float64 throughout."""
     x = w["model.embed_tokens.weight"][ids]  # [seq, d_model]
@@ -114,7 +165,10 @@ def forward(hp, w, ids):
         def proj(name, heads):
             y = xn @ w[p + f"self_attn.{name}.weight"].T + w.get(p + f"self_attn.{name}.bias", 0)
             return y.reshape(seq, heads, dh).transpose(1, 0, 2)
-        q, k, v = rope(proj("q_proj", H), inv), rope(proj("k_proj", G), inv), proj("v_proj", G)
+        q, k = proj("q_proj", H), proj("k_proj", G)
+        if p + "self_attn.q_norm.weight" in w:  # qwen3: RMSNorm of each head before RoPE
+            q, k = rms(q, w[p + "self_attn.q_norm.weight"], hp["eps"]), rms(k, w[p + "self_attn.k_norm.weight"], hp["eps"])
+        q, k, v = rope(q, inv), rope(k, inv), proj("v_proj", G)
         kv = np.repeat(np.arange(G), H // G)  # query head h uses KV head h / group
         logit = q @ k[kv].transpose(0, 2, 1) / math.sqrt(dh)
         logit = np.where(np.tri(seq, dtype=bool), logit, -np.inf)
@@ -125,8 +179,11 @@ def forward(hp, w, ids):
         ho = np.stack([o[h] @ wo[:, h * dh:(h + 1) * dh].T for h in range(H)])
         x = x + ho.sum(0)
         xn = rms(x, w[p + "post_attention_layernorm.weight"], hp["eps"])
-        g, u = xn @ w[p + "mlp.gate_proj.weight"].T, xn @ w[p + "mlp.up_proj.weight"].T
-        x = x + (g / (1 + np.exp(-g)) * u) @ w[p + "mlp.down_proj.weight"].T
+        if l in hp.get("expert_layers", []):
+            x = x + moe(hp, w, p + hp["moe_prefix"] + ".", xn)
+        else:
+            g, u = xn @ w[p + "mlp.gate_proj.weight"].T, xn @ w[p + "mlp.up_proj.weight"].T
+            x = x + (g / (1 + np.exp(-g)) * u) @ w[p + "mlp.down_proj.weight"].T
         yield l, dict(q=q, k=k, v=v, attn=a, head_out=ho, resid=x)
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
     yield "logits", rms(x, w["model.norm.weight"], hp["eps"]) @ head.T

@@ -11,7 +11,9 @@ Capture points (all from transformers itself, never from ckv):
 The family GGUFs (tiny_qwen3.gguf, tiny_phi3.gguf) are run by HF on the model of their HF
 directory with every weight replaced by gguf-py's dequantisation of the GGUF tensor (names
 mapped back by make_tiny_models.gguf_name); transformers' own GGUF loader is not used there
-because it ignores qwen3's attention.key_length and phi3's rope factor tensors.
+because it ignores qwen3's attention.key_length and phi3's rope factor tensors. The MoE GGUFs
+(tiny_qwen3moe.gguf, tiny_mixtral.gguf) the same way, their stacked experts unstacked by
+make_tiny_models.moe_from_gguf into a temporary hub-style checkpoint.
 Usage: make_forward_goldens.py [--only NAME ...] [--skip-default]
 """
 import argparse
@@ -26,14 +28,16 @@ from transformers import AutoModelForCausalLM
 from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
+from transformers.models.mixtral import modeling_mixtral
 from transformers.models.phi3 import modeling_phi3
 from transformers.models.qwen2 import modeling_qwen2
 from transformers.models.qwen3 import modeling_qwen3
+from transformers.models.qwen3_moe import modeling_qwen3_moe
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_tiny_models import (MODELS, QUANT_SPEC, ROOT, SPECS, WINDOW_SPECS, d_head,  # noqa: E402
-                              gemma3_gguf_name, gguf_name)
+from make_tiny_models import (MODELS, MOE_GGUF, QUANT_SPEC, ROOT, SPECS, WINDOW_SPECS, d_head,  # noqa: E402
+                              gemma3_gguf_name, gguf_name, moe_from_gguf)
 
 GOLDEN = ROOT / "tests" / "data" / "golden"
 DEFAULT_GGUF = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -60,7 +64,7 @@ class Capture:
             self.handles.append(layer.register_forward_hook(self._resid_hook(l)))
         self.originals = {m: m.eager_attention_forward
                           for m in (modeling_llama, modeling_qwen2, modeling_qwen3, modeling_phi3,
-                                    modeling_mistral, modeling_gemma3)}
+                                    modeling_mistral, modeling_gemma3, modeling_qwen3_moe, modeling_mixtral)}
         for mod, orig in self.originals.items():
             mod.eager_attention_forward = self._wrap(orig)
 
@@ -114,8 +118,8 @@ def head_out(o_in, o_weight, rows, n_head):
                         for h in range(n_head)])
 
 
-def load(path, gguf_file=None, dtype=torch.float32):
-    kw = dict(dtype=dtype, attn_implementation="eager")
+def load(path, gguf_file=None, dtype=torch.float32, **extra):
+    kw = dict(dtype=dtype, attn_implementation="eager", **extra)
     if gguf_file:
         kw["gguf_file"] = gguf_file
     m = AutoModelForCausalLM.from_pretrained(str(path), **kw)
@@ -147,6 +151,63 @@ def load_gguf_weights(path, gguf_path, dtype=torch.float32):
         m.tie_weights()
     assert torch.equal(m.model.embed_tokens.weight, state["model.embed_tokens.weight"])
     return m.eval()
+
+
+# MoE models run transformers' own per-expert loop (the modeling file's Experts.forward): its
+# default grouped_mm has no float64.
+MOE_EAGER = dict(experts_implementation="eager")
+
+
+def load_moe_gguf_weights(path, gguf_path, spec, dtype=torch.float32):
+    """The HF model of directory `path` with its weights replaced by gguf-py's dequantised
+    tensors of the MoE GGUF `gguf_path`, unstacked into hub-style per-expert tensors
+    (make_tiny_models.moe_from_gguf) in a temporary checkpoint that transformers loads as it
+    loads the committed one (transformers 5 fuses experts at load)."""
+    import json
+    import tempfile
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        hf_names = list(f.keys())
+    tensors = {t.name: dequantize(t.data, t.tensor_type).reshape([int(x) for x in reversed(t.shape)])
+               for t in GGUFReader(str(gguf_path)).tensors}
+    state = moe_from_gguf(spec, hf_names, tensors)
+    assert sorted(state) == sorted(hf_names), f"{gguf_path}: no GGUF tensor for {set(hf_names) - set(state)}"
+    with tempfile.TemporaryDirectory() as tmp:
+        config = json.loads((path / "config.json").read_text())
+        config["torch_dtype"] = "float32"
+        (Path(tmp) / "config.json").write_text(json.dumps(config))
+        save_file({k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for k, v in state.items()},
+                  str(Path(tmp) / "model.safetensors"), metadata={"format": "pt"})
+        return load(Path(tmp), dtype=dtype, **MOE_EAGER)
+
+
+def routing_margin(model, prompts):
+    """The smallest gap, over every token of every expert layer, between the k-th and the
+    (k+1)-th largest router logit (float64, from each router's input and weight): a golden
+    whose top-k sits on a near tie would test rounding, not routing."""
+    top_k = model.config.num_experts_per_tok
+    n_expert = getattr(model.config, "num_experts", None) or model.config.num_local_experts
+    seen, handles = [], []
+    for layer in model.model.layers:
+        for name, mod in layer.named_modules():
+            w = getattr(mod, "weight", None)
+            if name.endswith("gate") and isinstance(w, torch.Tensor) and w.shape == (n_expert, model.config.hidden_size):
+                handles.append(mod.register_forward_pre_hook(lambda m, args: seen.append(
+                    (args[0].detach().reshape(-1, args[0].shape[-1]).double(), m.weight.detach().double()))))
+    assert handles, "no router found"
+    with torch.no_grad():
+        for _, ids, _ in prompts:
+            model(torch.tensor([ids]), use_cache=False)
+    for h in handles:
+        h.remove()
+    worst = 1.0
+    for x, w in seen:
+        z = (x @ w.T).sort(dim=-1, descending=True).values
+        worst = min(worst, float((z[:, top_k - 1] - z[:, top_k]).min()))
+    return worst
 
 
 def set_attrs(obj, attrs):
@@ -271,7 +332,7 @@ def tiny_goldens(only):
     runs.append(("tiny_llama_quant", MODELS, "tiny_llama_quant.gguf",
                  "models/tiny_llama_quant.gguf", QUANT_SPEC, [9, 40]))
     for name, s in SPECS.items():
-        if s["arch"] in ("qwen3", "phi3") and name != "tiny_phi3_full_rotary":
+        if (s["arch"] in ("qwen3", "phi3") and name != "tiny_phi3_full_rotary") or name in MOE_GGUF:
             runs.append((name + "_gguf", MODELS / name, MODELS / f"{name}.gguf",
                          f"models/{name}.gguf", s, [7, 21, 66]))
     runs += window_runs()
@@ -279,14 +340,22 @@ def tiny_goldens(only):
         if only and name not in only:
             continue
         prompts = tiny_prompts(spec["vocab"], 1000 + spec["seed"], lengths)
-        if isinstance(gfile, Path):  # a family GGUF: HF on gguf-py's dequantised weights
+        if isinstance(gfile, Path) and "moe" in spec:
+            m = load_moe_gguf_weights(path, gfile, spec)
+            m64 = load_moe_gguf_weights(path, gfile, spec, torch.float64)
+        elif isinstance(gfile, Path):  # a family GGUF: HF on gguf-py's dequantised weights
             m, m64 = load_gguf_weights(path, gfile), load_gguf_weights(path, gfile, torch.float64)
         else:
-            m, m64 = load(path, gfile), load(path, gfile, torch.float64)
+            extra = MOE_EAGER if "moe" in spec else {}
+            m, m64 = load(path, gfile, **extra), load(path, gfile, torch.float64, **extra)
         w = compare_f64(m, m64, prompts)
         print(f"{name}: f32 vs f64 error / tolerance: "
               + ", ".join(f"{k} {v:.3g}" for k, v in w.items()))
         assert max(w.values()) < 0.3, f"{name}: float32 reference too far from float64"
+        if "moe" in spec:
+            margin = routing_margin(m64, prompts)
+            print(f"{name}: smallest gap between the k-th and (k+1)-th router logit {margin:.3g}")
+            assert margin > 1e-3, f"{name}: a token's top-k experts sit on a near tie"
         extra = {}
         if name == "tiny_llama3_rope":  # the GGUF copy must give the same numbers
             extra["model_alt"] = "models/tiny_llama3_rope.gguf"

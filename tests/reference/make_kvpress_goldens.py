@@ -35,7 +35,7 @@ Layout (all float64 unless said; masks int32 [n_kv_head, c], 1 = kept):
 tests/data/kvpress/families_v1.h5 (format_version 1, same root attributes):
 
     /model_cases/<name>/  the presses run by kvpress itself on a tiny model of a family
-                    (tiny_qwen3, tiny_phi3_full_rotary: HF transformers, float32, sdpa
+                    (tiny_qwen3, tiny_phi3_full_rotary, tiny_qwen3moe: HF transformers, float32, sdpa
                     attention, so kvpress computes SnapKV's window attention itself from the
                     layer's q_proj/qkv_proj, q_norm and the model's RoPE (AdaKV refuses eager),
                     a DynamicCache prefill of `tokens` inside `with press(model)`), the kept
@@ -88,6 +88,15 @@ for _name in ["datasets", "fire"]:
 import kvpress  # noqa: E402
 from kvpress import AdaKVPress, CriticalAdaKVPress, CriticalKVPress, SnapKVPress  # noqa: E402
 from kvpress.presses.scorer_press import ScorerPress  # noqa: E402
+import kvpress.utils  # noqa: E402
+from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeAttention  # noqa: E402
+
+# kvpress 0.5.5 applies q_norm/k_norm to the window's pre-RoPE queries and keys of
+# Qwen3Attention only; Qwen3MoeAttention is the same attention (transformers generates it
+# from Qwen3's), so without this it would score Qwen3-MoE's window with unnormalised queries,
+# which no Qwen3-MoE model computes. The check is widened to both; nothing else of kvpress
+# changes.
+kvpress.utils.Qwen3Attention = (kvpress.utils.Qwen3Attention, Qwen3MoeAttention)
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests/data/kvpress/selection_v1.h5"
@@ -326,7 +335,10 @@ def model_kept_sets(model, ids, make_press, masked):
 def write_model_case(f, name, c, window, kernel, fractions, seed):
     from transformers import AutoModelForCausalLM
     path = ROOT / "tests/data/models" / name
-    models = {dt: AutoModelForCausalLM.from_pretrained(str(path), dtype=dt, attn_implementation="sdpa").eval()
+    # MoE models: transformers' per-expert loop (its default grouped_mm has no float64).
+    extra = {"experts_implementation": "eager"} if "moe" in name else {}
+    models = {dt: AutoModelForCausalLM.from_pretrained(str(path), dtype=dt, attn_implementation="sdpa",
+                                                       **extra).eval()
               for dt in (torch.float32, torch.float64)}
     vocab = models[torch.float32].config.vocab_size
     ids = [int(x) for x in np.random.default_rng(seed).integers(0, vocab, c)]
@@ -372,6 +384,8 @@ def write_families():
         # kvpress rotates its window queries over all head dims, so partial rotary embedding
         # (tiny_phi3) is outside what it implements: a full-rotary phi3 with LongRoPE instead.
         write_model_case(f, "tiny_phi3_full_rotary", 60, 16, 5, [0.4, 0.6, 0.8], 2027)
+        # Qwen3-MoE: Qwen3's attention (what kvpress reads) over a mixture-of-experts MLP.
+        write_model_case(f, "tiny_qwen3moe", 60, 16, 5, [0.4, 0.6, 0.8], 2028)
     print(f"wrote {OUT_FAMILIES}")
 
 

@@ -24,10 +24,18 @@ HF directories (config.json + safetensors):
                      (text_config, model.language_model. names, a vision tensor)
   tiny_gemma3_6l/   gemma3_text, 6 layers (5 sliding, then a full one: the GGUF pattern),
                      window 8, query_pre_attn_scalar = head_dim 16, f32; also as GGUF
+  tiny_qwen3moe/     qwen3_moe, 8 experts of width 32, 3 per token, norm_topk_prob, q/k norms,
+                     head_dim 32, tied, bf16 (per-expert tensors, as hub checkpoints store them)
+  tiny_qwen3moe_sparse/  qwen3_moe, 4 layers with decoder_sparse_step 2 and mlp_only_layers [3]
+                     (experts in layer 1 only), 4 experts, 2 per token, no renormalisation, f16
+  tiny_mixtral/      mixtral, 4 experts of width 64, 2 per token, untied, f32
 GGUF files:
   tiny_qwen3.gguf, tiny_phi3.gguf  the same weights under llama.cpp's qwen3 / phi3 names
                          and metadata (phi3: attn_qkv, ffn_up holding gate and up,
                          rope_factors_short/long), matrices in F32, F16 and Q8_0 by tensor
+  tiny_qwen3moe.gguf, tiny_mixtral.gguf  the same weights under llama.cpp's qwen3moe / llama
+                         (mixtral: q/k permuted) names, experts stacked per projection
+                         (ffn_{gate,up,down}_exps) and the router as ffn_gate_inp, F32/F16/Q8_0
   tiny_llama_quant.gguf  llama d_model 256, every supported ggml type on some tensor
   tiny_gemma3_6l.gguf    tiny_gemma3_6l/ under llama.cpp's gemma3 names and metadata (norm
                          weights stored as 1 + w, as convert_hf_to_gguf's Gemma3Model)
@@ -109,6 +117,24 @@ WINDOW_SPECS = {
                            layer_types=["sliding_attention"] * 5 + ["full_attention"],
                            rope_scaling=None, softcap=None, seed=24),
 }
+# Mixtures of experts (moe: n_expert, top_k, d_ff_expert, norm_topk, and for qwen3_moe the
+# dense layers' decoder_sparse_step / mlp_only_layers); the router gain spreads its logits
+# so that no token's top-k sits on a near tie (make_forward_goldens.py checks the margin).
+SPECS.update({
+    "tiny_qwen3moe": dict(arch="qwen3_moe", vocab=288, d_model=64, n_layer=2, n_head=4, n_kv_head=2,
+                          head_dim=32, d_ff=128, theta=10000.0, eps=1e-6, tied=True, dtype="bfloat16",
+                          moe=dict(n_expert=8, top_k=3, d_ff_expert=32, norm_topk=True), seed=37),
+    "tiny_qwen3moe_sparse": dict(arch="qwen3_moe", vocab=256, d_model=64, n_layer=4, n_head=4,
+                                 n_kv_head=2, head_dim=16, d_ff=96, theta=10000.0, eps=1e-6, tied=False,
+                                 dtype="float16", moe=dict(n_expert=4, top_k=2, d_ff_expert=32,
+                                                           norm_topk=False, sparse_step=2,
+                                                           mlp_only=[3]), seed=20),
+    "tiny_mixtral": dict(arch="mixtral", vocab=272, d_model=64, n_layer=2, n_head=4, n_kv_head=2,
+                         d_ff=64, theta=10000.0, eps=1e-5, tied=False, dtype="float32",
+                         moe=dict(n_expert=4, top_k=2, d_ff_expert=64, norm_topk=True), seed=23),
+})
+MOE_GGUF = ("tiny_qwen3moe", "tiny_mixtral")  # the ones with a GGUF copy (llama.cpp's graphs
+# have experts in every layer, so tiny_qwen3moe_sparse has none)
 QUANT_SPEC = dict(arch="llama", vocab=272, d_model=256, n_layer=2, n_head=4, n_kv_head=2,
                   d_ff=256, theta=10000.0, eps=1e-5, tied=False, dtype="float32", seed=15)
 T = gguf.GGMLQuantizationType
@@ -156,7 +182,7 @@ def hf_shapes(s):
             out[p + "self_attn.q_proj.weight"] = ((q_out, d), "qk")
             out[p + "self_attn.k_proj.weight"] = ((kv_out, d), "qk")
             out[p + "self_attn.v_proj.weight"] = ((kv_out, d), "lin")
-        if s["arch"] in ("qwen3", "gemma3"):
+        if s["arch"] in ("qwen3", "qwen3_moe", "gemma3"):
             out[p + "self_attn.q_norm.weight"] = ((dh,), "qknorm")
             out[p + "self_attn.k_norm.weight"] = ((dh,), "qknorm")
         if s["arch"] == "qwen2":
@@ -168,6 +194,9 @@ def hf_shapes(s):
         if s["arch"] == "gemma3":  # Gemma's four norms per layer
             out[p + "pre_feedforward_layernorm.weight"] = ((d,), "norm")
             out[p + "post_feedforward_layernorm.weight"] = ((d,), "norm")
+        if moe_layer(s, l):
+            out.update(moe_shapes(s, l))
+            continue
         if s["arch"] == "phi3":  # gate rows, then up rows
             out[p + "mlp.gate_up_proj.weight"] = ((2 * ff, d), "lin")
         else:
@@ -177,6 +206,27 @@ def hf_shapes(s):
     out["model.norm.weight"] = ((d,), "norm")
     if not s["tied"]:
         out["lm_head.weight"] = ((s["vocab"], d), "lin")
+    return out
+
+
+def moe_layer(s, l):
+    """HF Qwen3MoeDecoderLayer's rule (Mixtral: every layer)."""
+    m = s.get("moe")
+    return bool(m) and l not in m.get("mlp_only", []) and (l + 1) % m.get("sparse_step", 1) == 0
+
+
+def moe_shapes(s, l):
+    """The router and per-expert weights of layer l as hub checkpoints name them (transformers 5
+    fuses them at load)."""
+    m, d = s["moe"], s["d_model"]
+    if s["arch"] == "mixtral":
+        p, names = f"model.layers.{l}.block_sparse_moe.", ("w1", "w3", "w2")
+    else:
+        p, names = f"model.layers.{l}.mlp.", ("gate_proj", "up_proj", "down_proj")
+    out = {p + "gate.weight": ((m["n_expert"], d), "router")}
+    for e in range(m["n_expert"]):
+        for n, shape in zip(names, ((m["d_ff_expert"], d), (m["d_ff_expert"], d), (d, m["d_ff_expert"]))):
+            out[f"{p}experts.{e}.{n}.weight"] = (shape, "lin")
     return out
 
 
@@ -196,7 +246,7 @@ def random_weights(s):
         elif kind == "embed":
             a = (0.5 if s["tied"] else 1.0) * rng.standard_normal(shape)
         else:  # q/k get gain 1.5 so that attention logits spread over a few units
-            gain = 1.5 if kind == "qk" else 1.0
+            gain = {"qk": 1.5, "router": 3.0}.get(kind, 1.0)
             a = gain / math.sqrt(shape[1]) * rng.standard_normal(shape)
             if kind == "qkv":  # the q and k rows of a fused projection
                 qk_rows = (s["n_head"] + s["n_kv_head"]) * d_head(s)
@@ -208,7 +258,8 @@ def random_weights(s):
 
 HF_CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
               "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM",
-              "mistral": "MistralForCausalLM", "gemma3": "Gemma3ForCausalLM"}
+              "mistral": "MistralForCausalLM", "gemma3": "Gemma3ForCausalLM",
+              "qwen3_moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM"}
 
 
 def window_config(s):
@@ -264,10 +315,27 @@ def hf_config(s):
                  original_max_position_embeddings=s["original_context"],
                  sliding_window=s["sliding_window"], resid_pdrop=0.0, embd_pdrop=0.0, pad_token_id=2,
                  torch_dtype=s["dtype"])
+    elif arch in ("qwen3_moe", "mixtral"):
+        c.update(moe_config(s))
     else:  # the transformers-5 spelling, as save_pretrained writes it today
         c.update(rope_parameters={"rope_type": "default", "rope_theta": s["theta"]},
                  use_sliding_window=False, sliding_window=None,
                  max_window_layers=s["n_layer"], dtype=s["dtype"])
+    return c
+
+
+def moe_config(s):
+    """The hub spelling of Qwen3-30B-A3B's and Mixtral-8x7B's config.json."""
+    m = s["moe"]
+    c = dict(rope_theta=s["theta"], rope_scaling=None, sliding_window=None, num_experts_per_tok=m["top_k"],
+             router_aux_loss_coef=0.001, output_router_logits=False, torch_dtype=s["dtype"])
+    if s["arch"] == "mixtral":
+        c.update(num_local_experts=m["n_expert"], router_jitter_noise=0.0)
+    else:
+        c.update(num_experts=m["n_expert"], moe_intermediate_size=m["d_ff_expert"],
+                 norm_topk_prob=m["norm_topk"], decoder_sparse_step=m.get("sparse_step", 1),
+                 mlp_only_layers=m.get("mlp_only", []), attention_bias=False, use_sliding_window=False,
+                 max_window_layers=s["n_layer"])
     return c
 
 
@@ -554,6 +622,87 @@ def family_gguf(name, s, w):
     writer.close()
 
 
+# The MoE GGUFs: stored type by GGUF tensor name (without ".weight"); every expert kind and
+# the router in F32, F16 and Q8_0 across the two layers, the rest as FAMILY_GGUF_TYPES.
+MOE_GGUF_TYPES = dict(FAMILY_GGUF_TYPES, **{
+    "blk.0.ffn_gate_inp": T.F32, "blk.0.ffn_gate_exps": T.Q8_0, "blk.0.ffn_up_exps": T.F16,
+    "blk.0.ffn_down_exps": T.F32,
+    "blk.1.ffn_gate_inp": T.Q8_0, "blk.1.ffn_gate_exps": T.F32, "blk.1.ffn_up_exps": T.Q8_0,
+    "blk.1.ffn_down_exps": T.F16,
+})
+MOE_GGUF_ARCH = {"qwen3_moe": "qwen3moe", "mixtral": "llama"}
+EXPERT_PROJ = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps",
+               "w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}
+
+
+def moe_to_gguf(s, w):
+    """HF weights -> llama.cpp's tensors of the MoE model: the router as ffn_gate_inp, each
+    layer's experts stacked per projection ([n_expert, rows, cols]), mixtral's q/k rows
+    permuted as for llama (convert_hf_to_gguf's MixtralModel / Qwen3MoeModel)."""
+    out, stacks = {}, {}
+    for hname, arr in w.items():
+        parts = hname.split(".")
+        if "experts" in parts:  # model.layers.L.<block>.experts.E.<proj>.weight
+            l, e, proj = int(parts[2]), int(parts[5]), parts[6]
+            stacks.setdefault(f"blk.{l}.{EXPERT_PROJ[proj]}.weight", {})[e] = arr
+            continue
+        if parts[-2] == "gate" and parts[-3] in ("mlp", "block_sparse_moe"):
+            out[f"blk.{parts[2]}.ffn_gate_inp.weight"] = arr
+            continue
+        gname = gguf_name(hname)
+        heads = {"attn_q": s["n_head"], "attn_k": s["n_kv_head"]}.get(gname.split(".")[-2])
+        out[gname] = permute_qk(arr, heads) if heads and s["arch"] == "mixtral" else arr
+    for gname, by_expert in stacks.items():
+        out[gname] = np.stack([by_expert[e] for e in range(len(by_expert))])
+    return out
+
+
+def moe_from_gguf(s, hf_names, tensors):
+    """The inverse of moe_to_gguf on (dequantised) GGUF tensors: HF name -> array, for the
+    HF names of the model (hf_names)."""
+    out = {}
+    for hname in hf_names:
+        parts = hname.split(".")
+        if "experts" in parts:
+            l, e, proj = int(parts[2]), int(parts[5]), parts[6]
+            out[hname] = tensors[f"blk.{l}.{EXPERT_PROJ[proj]}.weight"][e]
+        elif parts[-2] == "gate" and parts[-3] in ("mlp", "block_sparse_moe"):
+            out[hname] = tensors[f"blk.{parts[2]}.ffn_gate_inp.weight"]
+        elif gguf_name(hname) in tensors:
+            gname = gguf_name(hname)
+            heads = {"attn_q": s["n_head"], "attn_k": s["n_kv_head"]}.get(gname.split(".")[-2])
+            arr = tensors[gname]
+            out[hname] = unpermute_qk(arr, heads) if heads and s["arch"] == "mixtral" else arr
+    return out
+
+
+def moe_gguf(name, s, w):
+    """tests/data/models/<name>.gguf: the MoE model under llama.cpp's arch, names and
+    metadata (expert_count, expert_used_count; qwen3moe also expert_feed_forward_length and
+    key/value lengths), matrices typed by MOE_GGUF_TYPES."""
+    path = MODELS / f"{name}.gguf"
+    m = s["moe"]
+    writer = gguf.GGUFWriter(str(path), MOE_GGUF_ARCH[s["arch"]])
+    gguf_header(writer, s, path.stem)
+    writer.add_expert_count(m["n_expert"])
+    writer.add_expert_used_count(m["top_k"])
+    if s["arch"] == "qwen3_moe":
+        writer.add_key_length(d_head(s))
+        writer.add_value_length(d_head(s))
+        writer.add_expert_feed_forward_length(m["d_ff_expert"])
+    for gname, arr in moe_to_gguf(s, w).items():
+        qtype = MOE_GGUF_TYPES.get(gname.rsplit(".", 1)[0], T.F32) if arr.ndim >= 2 else T.F32
+        data = encode(arr, qtype)
+        if qtype in (T.F32, T.F16):
+            writer.add_tensor(gname, data)
+        else:
+            writer.add_tensor(gname, data, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def quant_model():
     s = QUANT_SPEC
     rng = np.random.default_rng(s["seed"])
@@ -604,6 +753,8 @@ def main():
             rope_gguf(w)
         if s["arch"] in ("qwen3", "phi3") and name != "tiny_phi3_full_rotary":
             family_gguf(name, s, w)
+        if name in MOE_GGUF:
+            moe_gguf(name, s, w)
     quant_model()
     window_models()
     for p in sorted(MODELS.rglob("*")):
