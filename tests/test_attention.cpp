@@ -3,6 +3,7 @@
 // not whole vectors, rows and keys that do not fill a tile) and attention over a KV cache.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
@@ -286,6 +287,146 @@ TEST(AttentionKernel, DecodingRowsMatchCausal) {
       EXPECT_GT(worst, 0.0) << "the direct path was not taken";
     }
   }
+}
+
+}  // namespace
+}  // namespace ckv
+
+namespace ckv {
+namespace {
+
+// A sliding window of W keys: row i attends to keys (i - W, i] (HF's sliding_window), against
+// the direct softmax in double over those keys, with a logit scale, recorded rows (zeros
+// outside the window) and a mask span on top; the result does not depend on the query block
+// or the thread count, and equals the full kernel with the keys outside the window masked,
+// bit for bit (the windowed kernel starts at a whole logits tile, so every key keeps its lane).
+TEST(AttentionWindow, MatchesDirectSoftmaxOverTheWindow) {
+  const Qkv t;
+  for (const int64_t window : {int64_t{1}, int64_t{5}, int64_t{17}, int64_t{44}}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    ExecContext pool({.threads = 2});
+    Tensor out, probs;
+    const std::vector<int64_t> rows{44, 0, 17, 16, 33};
+    AttentionParams params;
+    params.query_block = 16;
+    params.window = window;
+    params.prob_rows = rows;
+    params.probs = &probs;
+    causal_attention(pool, t.q, t.k, t.v, out, params);
+    std::vector<double> ref_p, ref_o;
+    double worst_out = 0, worst_p = 0;
+    for (int64_t h = 0; h < kHeads; ++h)
+      for (int64_t row = 0; row < kSeq; ++row) {
+        reference_row(t, h, row, [&](int64_t j) { return j > row - window; }, ref_p, ref_o);
+        for (int64_t d = 0; d < kDHead; ++d)
+          worst_out = std::max(worst_out, std::abs(out.data()[row * kHeads * kDHead + h * kDHead + d] -
+                                                   ref_o[static_cast<size_t>(d)]));
+        const auto slot = std::find(rows.begin(), rows.end(), row);
+        if (slot == rows.end()) continue;
+        for (int64_t j = 0; j < kSeq; ++j)
+          worst_p = std::max(worst_p, std::abs(probs.data()[(h * 5 + (slot - rows.begin())) * kSeq + j] -
+                                               ref_p[static_cast<size_t>(j)]));
+      }
+    EXPECT_LT(worst_out, 1e-5);
+    EXPECT_LT(worst_p, 1e-6);
+
+    // Other blocks and threads: the same bits.
+    ExecContext three({.threads = 3});
+    for (const int64_t block : {int64_t{1}, int64_t{7}, int64_t{64}}) {
+      Tensor other, other_probs;
+      AttentionParams p2 = params;
+      p2.query_block = block;
+      p2.probs = &other_probs;
+      causal_attention(three, t.q, t.k, t.v, other, p2);
+      EXPECT_EQ(out.storage(), other.storage()) << "block " << block;
+      EXPECT_EQ(probs.storage(), other_probs.storage()) << "block " << block;
+    }
+    // The full kernel with the keys before each row's window masked.
+    std::vector<AttentionMaskSpan> mask;
+    for (int64_t g = 0; g < kKvHeads; ++g)
+      for (int64_t row = window; row < kSeq; ++row) {
+        AttentionMaskSpan span{.kv_head = g, .q_begin = row, .q_end = row + 1, .keys = {}};
+        for (int64_t j = 0; j <= row - window; ++j) span.keys.push_back(j);
+        mask.push_back(span);
+      }
+    AttentionParams masked;
+    masked.query_block = 16;
+    masked.mask = mask;
+    Tensor want;
+    causal_attention(pool, t.q, t.k, t.v, want, masked);
+    EXPECT_EQ(out.storage(), want.storage());
+  }
+}
+
+TEST(AttentionWindow, ScaleMaskAndCachedAttention) {
+  const Qkv t;
+  ExecContext pool({.threads = 2});
+  constexpr int64_t window = 9;
+  constexpr float scale = 0.2f;  // not 1/sqrt(8)
+  // A scale of s on q.k is the default scale on q * s * sqrt(d_head).
+  Tensor q_scaled = t.q;
+  for (float& x : q_scaled.storage()) x *= scale * std::sqrt(static_cast<float>(kDHead));
+  AttentionParams a;
+  a.window = window;
+  a.scale = scale;
+  AttentionParams b;
+  b.window = window;
+  Tensor got, want;
+  causal_attention(pool, t.q, t.k, t.v, got, a);
+  causal_attention(pool, q_scaled, t.k, t.v, want, b);
+  double worst = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) worst = std::max(worst, double{std::abs(got.data()[i] - want.data()[i])});
+  EXPECT_LT(worst, 1e-5);
+
+  // A mask span inside and outside the window: keys outside stay excluded.
+  std::vector<AttentionMaskSpan> mask{{.kv_head = 1, .q_begin = 20, .q_end = kSeq, .keys = {2, 15, 30, 40}}};
+  a.mask = mask;
+  causal_attention(pool, t.q, t.k, t.v, got, a);
+  std::vector<double> ref_p, ref_o;
+  Qkv scaled_t;
+  scaled_t.q = q_scaled;
+  double worst_mask = 0;
+  for (int64_t h = 0; h < kHeads; ++h)
+    for (int64_t row = 0; row < kSeq; ++row) {
+      const bool masked_head = h / (kHeads / kKvHeads) == 1 && row >= 20;
+      reference_row(scaled_t, h, row, [&](int64_t j) {
+        return j > row - window && !(masked_head && (j == 2 || j == 15 || j == 30 || j == 40));
+      }, ref_p, ref_o);
+      for (int64_t d = 0; d < kDHead; ++d)
+        worst_mask = std::max(worst_mask, std::abs(got.data()[row * kHeads * kDHead + h * kDHead + d] -
+                                                   ref_o[static_cast<size_t>(d)]));
+    }
+  EXPECT_LT(worst_mask, 1e-5);
+
+  // Over a cache that holds every position: the windowed causal kernel bit for bit; over one
+  // that holds only the last `window` positions of each row's reach (rows 30..44 from 22 on):
+  // the same within rounding.
+  a.mask = {};
+  causal_attention(pool, t.q, t.k, t.v, want, a);
+  std::vector<int64_t> positions(kSeq);
+  for (int64_t i = 0; i < kSeq; ++i) positions[static_cast<size_t>(i)] = i;
+  std::vector<KvHeadView> heads;
+  for (int64_t g = 0; g < kKvHeads; ++g)
+    heads.push_back({t.k.data() + g * kSeq * kDHead, t.v.data() + g * kSeq * kDHead, positions.data(), kSeq});
+  cached_attention(pool, t.q, positions, heads, got, 16, window, scale);
+  EXPECT_EQ(want.storage(), got.storage());
+  constexpr int64_t first = 30, rows = kSeq - first, from = first - window + 1;
+  for (int64_t g = 0; g < kKvHeads; ++g)
+    heads[static_cast<size_t>(g)] = {t.k.data() + (g * kSeq + from) * kDHead, t.v.data() + (g * kSeq + from) * kDHead,
+                                     positions.data() + from, kSeq - from};
+  Tensor q_tail({kHeads, rows, kDHead});
+  for (int64_t h = 0; h < kHeads; ++h)
+    std::copy_n(t.q.data() + (h * kSeq + first) * kDHead, rows * kDHead, q_tail.data() + h * rows * kDHead);
+  for (const int64_t block : {int64_t{1}, int64_t{4}}) {
+    cached_attention(pool, q_tail, std::span(positions).subspan(first), heads, got, block, window, scale);
+    double w = 0;
+    for (int64_t i = 0; i < rows * kHeads * kDHead; ++i)
+      w = std::max(w, double{std::abs(got.data()[i] - want.data()[first * kHeads * kDHead + i])});
+    EXPECT_LT(w, 1e-6) << "block " << block;
+  }
+  AttentionParams bad;
+  bad.window = -1;
+  EXPECT_THROW(causal_attention(pool, t.q, t.k, t.v, got, bad), InputError);
 }
 
 }  // namespace

@@ -91,7 +91,40 @@ TEST_P(CachedDecode, EqualsFullRecomputation) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CachedDecode,
                          ::testing::Values("tiny_llama_gqa", "tiny_llama_tied", "tiny_qwen2_bias",
-                                           "tiny_llama3_rope.gguf", "tiny_llama_quant.gguf", "default"));
+                                           "tiny_llama3_rope.gguf", "tiny_llama_quant.gguf", "default",
+                                           // sliding windows of 8-12 keys under the 40-token prompt
+                                           "tiny_mistral_swa", "tiny_qwen2_swa", "tiny_gemma3",
+                                           "tiny_gemma3_6l.gguf"));
+
+// A cache that drops, on every sliding layer, the entries no later query can see
+// (trim_to_windows after each run) decodes as the full recomputation does, and holds at most
+// `window` entries per KV head there.
+TEST(KvCacheWindow, TrimmedCacheEqualsFullRecomputation) {
+  for (const std::string name : {"tiny_gemma3", "tiny_mistral_swa"}) {
+    SCOPED_TRACE(name);
+    if (!fs::exists(model_path(name))) GTEST_SKIP() << model_path(name) << " absent";
+    const Model& model = cached_model(name);
+    const ModelConfig& c = model.config;
+    Forward fwd(model, {.threads = 2});
+    std::vector<int32_t> seq = random_tokens(30, c.vocab, 11);
+    KvCache cache(c);
+    ForwardResult out = fwd.run_cached(seq, cache);
+    cache.trim_to_windows(c);
+    for (int64_t step = 0; step < 8; ++step) {
+      const int32_t next = greedy_token(out.logits.span());
+      seq.push_back(next);
+      const std::vector<int32_t> one{next};
+      out = fwd.run_cached(one, cache);
+      cache.trim_to_windows(c);
+      const ForwardResult full = fwd.run(seq);
+      EXPECT_LE(relative_error(out.logits.span(), full.logits.span()), 1e-4) << "step " << step;
+      for (int64_t l = 0; l < c.n_layer; ++l) {
+        const int64_t held = cache.size(l, 0), n = static_cast<int64_t>(seq.size());
+        EXPECT_EQ(held, c.window_of(l) > 0 ? std::min(n, c.window_of(l) - 1) : n) << "layer " << l;
+      }
+    }
+  }
+}
 
 // Physically evicting entries from the cache and then feeding the question equals one pass
 // over the whole prompt with those keys masked (-inf) for the question's rows: per layer and

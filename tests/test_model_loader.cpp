@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
+#include "model/family.h"
 #include "model/model.h"
 
 namespace {
@@ -250,32 +251,106 @@ TEST(ModelLoader, MissingInputs) {
 
 TEST(ModelLoader, UnsupportedArchitecture) {
   expect_load_error<ckv::UnsupportedError>(
-      kDir / "bad_arch.gguf", "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3, phi3, qwen3moe)");
+      kDir / "bad_arch.gguf",
+      "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3, phi3, qwen3moe, gemma3)");
   ScratchDir d;
-  d.tiny_llama([](nlohmann::json& c) { c["model_type"] = "gemma3"; });
-  expect_load_error<ckv::UnsupportedError>(d.path(), "unsupported architecture 'gemma3'");
+  d.tiny_llama([](nlohmann::json& c) { c["model_type"] = "gemma2"; });
+  expect_load_error<ckv::UnsupportedError>(d.path(), "unsupported architecture 'gemma2'");
+  ScratchDir mm;  // a multimodal gemma3 config must carry its language model's config
+  mm.tiny_llama([](nlohmann::json& c) { c["model_type"] = "gemma3"; });
+  expect_load_error<ckv::FormatError>(mm.path(), "needs a text_config object");
   ScratchDir bias;
   bias.tiny_llama([](nlohmann::json& c) { c["attention_bias"] = true; });
   expect_load_error<ckv::UnsupportedError>(bias.path(), "attention_bias");
   ScratchDir rope;
   rope.tiny_llama([](nlohmann::json& c) { c["rope_parameters"]["rope_type"] = "yarn"; });
   expect_load_error<ckv::UnsupportedError>(rope.path(), "rope type 'yarn'");
-  // A sliding window shorter than the context is refused, never computed as full attention;
-  // a null window (Mistral v0.3) or one that covers the context is full attention.
+}
+
+// Where each family applies a sliding window (HF's rules): Mistral's on every layer, Qwen2's
+// only under use_sliding_window and from max_window_layers on (or as layer_types says), none
+// for a null window (Mistral v0.3); a malformed one is a FormatError.
+TEST(ModelLoader, SlidingWindowLayers) {
+  auto layers_of = [](const ckv::ModelConfig& c) {
+    std::string out;
+    for (int64_t l = 0; l < c.n_layer; ++l) out += c.window_of(l) > 0 ? 'S' : 'F';
+    return out;
+  };
   ScratchDir window;
   window.tiny_llama([](nlohmann::json& c) {
     c["model_type"] = "mistral";
     c["sliding_window"] = 16;
   });
-  expect_load_error<ckv::UnsupportedError>(window.path(), "sliding-window attention (sliding_window 16)");
-  for (const nlohmann::json& covering : {nlohmann::json(nullptr), nlohmann::json(1 << 20)}) {
-    ScratchDir full;
-    full.tiny_llama([&](nlohmann::json& c) {
-      c["model_type"] = "mistral";
-      c["sliding_window"] = covering;
-    });
-    EXPECT_NO_THROW(ckv::load_model(full.path()));
+  const ckv::Model m = ckv::load_model(window.path());
+  EXPECT_EQ(m.config.sliding_window, 16);
+  EXPECT_EQ(layers_of(m.config), std::string(static_cast<size_t>(m.config.n_layer), 'S'));
+  ScratchDir none;
+  none.tiny_llama([](nlohmann::json& c) {
+    c["model_type"] = "mistral";
+    c["sliding_window"] = nullptr;
+  });
+  EXPECT_EQ(layers_of(ckv::load_model(none.path()).config).find('S'), std::string::npos);
+  ScratchDir bad;
+  bad.tiny_llama([](nlohmann::json& c) {
+    c["model_type"] = "mistral";
+    c["sliding_window"] = -3;
+  });
+  expect_load_error<ckv::FormatError>(bad.path(), "'sliding_window' is -3");
+
+  const nlohmann::json j = nlohmann::json::parse(R"({"model_type": "qwen2", "num_hidden_layers": 4,
+      "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 300,
+      "sliding_window": 32, "max_window_layers": 1})");
+  EXPECT_EQ(layers_of(ckv::config_from_hf_json(j, "q")), "FFFF");  // use_sliding_window false
+  nlohmann::json on = j;
+  on["use_sliding_window"] = true;
+  EXPECT_EQ(layers_of(ckv::config_from_hf_json(on, "q")), "FSSS");
+  on["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention", "full_attention"};
+  EXPECT_EQ(layers_of(ckv::config_from_hf_json(on, "q")), "SFSF");
+  on["layer_types"] = {"sliding_attention"};
+  EXPECT_THROW(ckv::config_from_hf_json(on, "q"), ckv::FormatError);
+}
+
+// Gemma 3's config as the hub writes it (rope_theta, rope_local_base_freq, rope_scaling,
+// sliding_window_pattern) and as transformers 5 saves it (rope_parameters per layer type):
+// the same model; a multimodal config's text_config fills in Gemma3TextConfig's defaults.
+TEST(ModelLoader, Gemma3Config) {
+  const nlohmann::json hub = nlohmann::json::parse(R"({"model_type": "gemma3_text", "num_hidden_layers": 7,
+      "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+      "intermediate_size": 128, "vocab_size": 300, "sliding_window": 16, "sliding_window_pattern": 3,
+      "rope_theta": 20000.0, "rope_local_base_freq": 50.0, "query_pre_attn_scalar": 16,
+      "rope_scaling": {"rope_type": "linear", "factor": 4.0}})");
+  nlohmann::json v5 = hub;
+  for (const char* key : {"rope_theta", "rope_local_base_freq", "rope_scaling"}) v5.erase(key);
+  v5["rope_parameters"] = {{"full_attention", {{"rope_type", "linear"}, {"factor", 4.0}, {"rope_theta", 20000.0}}},
+                           {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 50.0}}}};
+  for (const nlohmann::json& j : {hub, v5}) {
+    const ckv::ModelConfig c = ckv::config_from_hf_json(j, "g");
+    std::string layers;
+    for (int64_t l = 0; l < c.n_layer; ++l) layers += c.window_of(l) > 0 ? 'S' : 'F';
+    EXPECT_EQ(layers, "SSFSSFS");
+    EXPECT_EQ(c.rope_theta, 20000.0);
+    EXPECT_EQ(c.rope_local_theta, 50.0);
+    EXPECT_EQ(c.rope_scaling.type, "linear");
+    EXPECT_EQ(c.rope_scaling.factor, 4.0);
+    EXPECT_EQ(c.attn_scale, 0.25);
+    // 0.25 is not 1/sqrt(32): the analyses that recompute attention refuse the model.
+    EXPECT_THROW(ckv::require_default_attention_scale(c, "ckv bound"), ckv::UnsupportedError);
+    EXPECT_TRUE(c.tied_embeddings && c.post_norms && c.qk_norm);
+    EXPECT_EQ(c.embed_scale, 8.0);
   }
+  const nlohmann::json mm = {{"model_type", "gemma3"},
+                             {"text_config", {{"hidden_size", 2560}, {"num_hidden_layers", 34},
+                                              {"intermediate_size", 10240}, {"sliding_window", 1024}}}};
+  const ckv::ModelConfig c = ckv::config_from_hf_json(mm, "mm");
+  EXPECT_EQ(c.n_head, 8);
+  EXPECT_EQ(c.n_kv_head, 4);
+  EXPECT_EQ(c.d_head, 256);
+  EXPECT_EQ(c.vocab, 262208);
+  EXPECT_EQ(c.arch_name, "gemma3 (text_config)");
+  EXPECT_NO_THROW(ckv::require_default_attention_scale(c, "ckv bound"));  // 256^-0.5 = 1/sqrt(256)
+  nlohmann::json soft = hub;
+  soft["attn_logit_softcapping"] = 50.0;
+  EXPECT_THROW(ckv::config_from_hf_json(soft, "g"), ckv::UnsupportedError);
 }
 
 TEST(ModelLoader, ConfigAndShapeMismatches) {

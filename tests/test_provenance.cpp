@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "output/provenance.h"
 #include "io/h5.h"
+#include "model/config.h"
 
 namespace fs = std::filesystem;
 
@@ -60,6 +61,24 @@ TEST(Provenance, CaptureAndJson) {
   EXPECT_EQ(j["model_sha256"], "replaced");
   EXPECT_EQ(j.size(), 10u);
   EXPECT_EQ(std::prev(j.end()).key(), "n_layers");  // insertion order kept
+}
+
+// Outputs of a model with sliding-window layers name them (issue 27); other models' carry no
+// such keys and print no note.
+TEST(Provenance, SlidingLayersAreNamed) {
+  ckv::ModelConfig c;
+  c.n_layer = 4;
+  ckv::Provenance plain;
+  EXPECT_EQ(ckv::set_sliding_layers(plain, c), "");
+  EXPECT_EQ(plain.find("sliding_layers"), nullptr);
+  c.sliding_window = 512;
+  c.sliding_layers = {1, 1, 0, 1};
+  ckv::Provenance p;
+  const std::string note = ckv::set_sliding_layers(p, c);
+  EXPECT_NE(note.find("3 of 4 layers attend within a sliding window of 512 keys"), std::string::npos) << note;
+  ASSERT_NE(p.find("sliding_layers"), nullptr);
+  EXPECT_EQ(*p.find("sliding_layers"), nlohmann::json({0, 1, 3}));
+  EXPECT_EQ(*p.find("sliding_window"), 512);
 }
 
 TEST(Provenance, WriteAttrs) {

@@ -127,6 +127,42 @@ TEST_F(DefaultModel, ChatTemplateMatchesTransformers) {
   }
 }
 
+// Gemma 3 270M's GGUF vocabulary (SentencePiece-style BPE, 262,144 tokens, byte fallback, no
+// prefix space): llama.cpp's ids on the stress list. Its GGUF has no chat template; ckv
+// renders Gemma's turn format (HF's template for a user message).
+class Gemma3Model : public testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = std::filesystem::path(CKV_SOURCE_DIR) / "models" / "gemma-3-270m-q4_k_m.gguf";
+    if (!std::filesystem::exists(path_)) GTEST_SKIP() << "Gemma 3 270M not present: " << path_;
+    gguf_ = std::make_unique<ckv::GgufFile>(path_);
+    tok_ = ckv::tokenizer_from_gguf(*gguf_);
+  }
+  std::filesystem::path path_;
+  std::unique_ptr<ckv::GgufFile> gguf_;
+  std::unique_ptr<ckv::Tokenizer> tok_;
+};
+
+TEST_F(Gemma3Model, IdsMatchLlamaCpp) {
+  const json& g = golden("golden_gemma3_llamacpp.json");
+  EXPECT_EQ(tok_->vocab_size(), 262144);
+  EXPECT_EQ(tok_->kind(), "spm");
+  EXPECT_EQ(tok_->bos_id(), 2);
+  EXPECT_EQ(tok_->eos_id(), 1);
+  expect_matches(*tok_, g, g.at("gguf").at("gemma3_270m"), true);
+}
+
+TEST_F(Gemma3Model, ChatTemplateIsGemmas) {
+  EXPECT_EQ(tok_->apply_chat_template({{"user", " Hi there \n"}}, true),
+            "<bos><start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(tok_->apply_chat_template({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}}, false),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello<end_of_turn>\n");
+  const std::vector<int32_t> ids = tok_->encode(tok_->apply_chat_template({{"user", "Hi"}}, true), false, true);
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids[0], 2);  // <bos>, once
+  EXPECT_EQ(tok_->decode({ids[1]}), "<start_of_turn>");
+}
+
 TEST_F(DefaultModel, FourThousandTokensInWellUnderASecond) {
   std::string text;
   for (int i = 0; i < 120; ++i)

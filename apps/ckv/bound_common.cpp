@@ -13,6 +13,7 @@
 #include "analysis/layer_allocation.h"
 #include "analysis/mask_plan.h"
 #include "analysis/perturbation.h"
+#include "model/family.h"
 #include "analysis/value_norms.h"
 #include "bound_report.h"
 #include "core/error.h"
@@ -230,6 +231,7 @@ class BoundRun {
 
   void run() {
     rj_.load(o_.dump.empty());
+    require_default_attention_scale(rj_.model().config, "ckv bound/check");
     const ModelConfig& cf = rj_.model().config;
     layers_ = parse_index_list(o_.layers, cf.n_layer, "--layers");
     for (const AnalysisBlock& b : blocks_) {

@@ -24,6 +24,7 @@
 #include "output/dump_schema.h"
 #include "output/mask_schema.h"
 #include "data/records.h"
+#include "model/family.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -371,6 +372,7 @@ void run_mask(MaskOptions& o, const GlobalOptions& g) {
   if (!o.csv.empty()) outputs.emplace_back(o.csv);
   RecordJob rj(g, o.job, o.input, outputs);
   rj.load();
+  require_default_attention_scale(rj.model().config, "ckv mask");
   rj.describe_input();
   const nlohmann::json settings = mask_settings(o);
   rj.open(kMaskSchema, kMaskSchemaVersion, "", settings);

@@ -38,6 +38,10 @@ void RecordJob::load(bool run_model) {
   prov_ = g_.provenance(forward_ ? forward_->context().device_string() : std::string(device_name(Device::CPU)));
   prov_.set("model_path", model_->source.path.string());
   prov_.set("model_sha256", sha_);
+  // A model's sliding-window layers are named in every output's provenance and said once
+  // (docs/MODELS.md "Sliding windows").
+  if (const std::string note = set_sliding_layers(prov_, model_->config); !note.empty() && !g_.quiet)
+    fmt::print(stderr, "ckv: note: {}\n", note);
 }
 
 void RecordJob::describe_input(const std::string& file, const std::string& sha256, int64_t records) {

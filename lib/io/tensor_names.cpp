@@ -50,6 +50,9 @@ constexpr WeightName kTable[] = {
     // llama.cpp stores phi3's fused gate/up under the name of the up projection.
     {WeightKind::FfnGateUp, true, "blk.{}.ffn_gate_up.weight", "model.layers.{}.mlp.gate_up_proj.weight",
      "blk.{}.ffn_up.weight"},
+    {WeightKind::PostAttnNorm, true, "blk.{}.post_attention_norm.weight", "", "blk.{}.post_attention_norm.weight"},
+    {WeightKind::PostFfnNorm, true, "blk.{}.post_ffw_norm.weight",
+     "model.layers.{}.post_feedforward_layernorm.weight", "blk.{}.post_ffw_norm.weight"},
     {WeightKind::FfnGateInp, true, "blk.{}.ffn_gate_inp.weight", "model.layers.{}.mlp.gate.weight",
      "blk.{}.ffn_gate_inp.weight", "model.layers.{}.block_sparse_moe.gate.weight"},
     {WeightKind::FfnGateExps, true, "blk.{}.ffn_gate_exps.weight", "model.layers.{}.mlp.experts.{}.gate_proj.weight",

@@ -32,6 +32,10 @@ enum class WeightKind {
   FfnUp,       // [d_ff, d_model]
   FfnDown,     // [d_model, d_ff]
   FfnGateUp,   // [2*d_ff, d_model]: gate rows then up rows in one (phi3; GGUF calls it ffn_up)
+  PostAttnNorm,  // [d_model] RMSNorm of the attention output before its residual add (gemma3;
+                 // HF calls it post_attention_layernorm, the llama name of FfnNorm: the
+                 // family renames, model/family.h)
+  PostFfnNorm,   // [d_model] RMSNorm of the MLP output before its residual add (gemma3)
   // Mixture of experts (qwen3moe, mixtral). GGUF stacks the experts of a layer in one tensor
   // per projection; an HF checkpoint stores one tensor per expert ("{}" twice: layer, expert).
   FfnGateInp,   // [n_expert, d_model] the router

@@ -23,7 +23,43 @@ std::optional<std::string> read_literal(std::string_view text, size_t pos) {
   return std::nullopt;  // unterminated
 }
 
+// Jinja's `| trim`: leading and trailing whitespace off.
+std::string_view trim(std::string_view s) {
+  const size_t begin = s.find_first_not_of(" \t\n\r");
+  if (begin == std::string_view::npos) return {};
+  return s.substr(begin, s.find_last_not_of(" \t\n\r") - begin + 1);
+}
+
+// Gemma 3's template (HF google/gemma-3-*-it tokenizer_config.json): <bos>, then per message
+// "<start_of_turn>{role}\n{content | trim}<end_of_turn>\n" with "assistant" named "model"; a
+// leading system message becomes the first turn's prefix ("{system}\n\n", untrimmed).
+std::string render_gemma(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  std::string out = "<bos>", prefix;
+  size_t first = 0;
+  if (!messages.empty() && messages.front().role == "system") {
+    prefix = messages.front().content + "\n\n";
+    first = 1;
+  }
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    out += "<start_of_turn>" + (m.role == "assistant" ? std::string("model") : m.role) + "\n";
+    if (i == first) out += prefix;
+    out += std::string(trim(m.content)) + "<end_of_turn>\n";
+  }
+  if (add_generation_prompt) out += "<start_of_turn>model\n";
+  return out;
+}
+
 }  // namespace
+
+const std::string_view kGemma3ChatTemplate =
+    "{{ bos_token }}{% for message in messages %}<start_of_turn>{{ 'model' if message['role'] == 'assistant' "
+    "else message['role'] }}\n{{ message['content'] | trim }}<end_of_turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
+
+bool is_gemma_template(std::string_view chat_template) {
+  return chat_template.find("<start_of_turn>") != std::string_view::npos;
+}
 
 bool is_chatml_template(std::string_view chat_template) {
   return chat_template.find("<|im_start|>") != std::string_view::npos;
@@ -52,9 +88,10 @@ std::string render_chat_template(std::string_view chat_template,
                                  const std::vector<ChatMessage>& messages,
                                  bool add_generation_prompt, std::string_view source) {
   if (chat_template.empty()) fail<UnsupportedError>("{}: the model has no chat template", source);
+  if (is_gemma_template(chat_template)) return render_gemma(messages, add_generation_prompt);
   if (!is_chatml_template(chat_template))
     fail<UnsupportedError>(
-        "{}: chat template is not ChatML (no <|im_start|>); only ChatML is supported", source);
+        "{}: chat template is neither ChatML (<|im_start|>) nor Gemma's (<start_of_turn>)", source);
   std::string out;
   if (!messages.empty() && messages.front().role != "system")
     out += chatml_default_system(chat_template).value_or("");

@@ -69,8 +69,14 @@ void read_rope(const nlohmann::json& j, const std::string& source, ModelConfig& 
                                      default_longrope_attention_factor(r.factor, r.original_max_position));
     return;
   }
+  if (type == "linear") {  // positions divided by factor (Gemma 3's global layers)
+    r.type = type;
+    r.factor = float_field(*params, "factor", source, r.factor);
+    if (!(r.factor > 0)) fail<FormatError>("{}: linear rope factor {}", source, r.factor);
+    return;
+  }
   if (type != "llama3") {
-    fail<UnsupportedError>("{}: rope type '{}' is not supported (default, llama3, longrope)", source, type);
+    fail<UnsupportedError>("{}: rope type '{}' is not supported (default, linear, llama3, longrope)", source, type);
   }
   r.type = type;
   r.factor = float_field(*params, "factor", source, r.factor);
@@ -79,6 +85,16 @@ void read_rope(const nlohmann::json& j, const std::string& source, ModelConfig& 
   r.original_max_position =
       int_field(*params, "original_max_position_embeddings", source, r.original_max_position);
 }
+
+}  // namespace
+
+FfnActivation ffn_activation(const std::string& name, const std::string& source) {
+  if (name == "silu") return FfnActivation::Silu;
+  if (name == "gelu_pytorch_tanh") return FfnActivation::GeluTanh;
+  fail<UnsupportedError>("{}: hidden activation '{}' is not supported (silu, gelu_pytorch_tanh)", source, name);
+}
+
+namespace {
 
 // The features every model of a family has.
 void apply_family(const Family& f, ModelConfig& c) {
@@ -118,6 +134,14 @@ void ModelConfig::validate(const std::string& source) const {
   check(rms_eps > 0 && rms_eps < 1, fmt::format("rms_eps = {}", rms_eps));
   check(rope_theta > 0, fmt::format("rope_theta = {}", rope_theta));
   check(sliding_window >= 0, fmt::format("sliding_window = {}", sliding_window));
+  check(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == n_layer,
+        fmt::format("{} layer types for {} layers", sliding_layers.size(), n_layer));
+  check(std::isfinite(embed_scale) && embed_scale > 0, fmt::format("embedding scale {}", embed_scale));
+  check(std::isfinite(attn_scale) && attn_scale >= 0, fmt::format("attention scale {}", attn_scale));
+  check(std::isfinite(final_logit_softcap) && final_logit_softcap >= 0,
+        fmt::format("final logit soft-cap {}", final_logit_softcap));
+  check(std::isfinite(rope_local_theta) && rope_local_theta >= 0,
+        fmt::format("local rope base {}", rope_local_theta));
   if (n_expert > 0) {
     check(n_expert <= kMaxExperts, fmt::format("n_expert = {}", n_expert));
     check(n_expert_used > 0 && n_expert_used <= n_expert,
@@ -154,6 +178,11 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& sour
   ModelConfig c;
   c.arch_name = string_field(j, "model_type", source, "");
   if (c.arch_name.empty()) fail<FormatError>("{}: missing 'model_type'", source);
+  if (c.arch_name == "gemma3") {  // Gemma3ForConditionalGeneration: its language model
+    ModelConfig text = config_from_hf_json(gemma3_text_config(j, source), source);
+    text.arch_name = c.arch_name + std::string(kTextConfigSuffix);  // `ckv info` says it is the text part
+    return text;
+  }
   const Family& family = family_for_hf(c.arch_name, source);
   c.arch = family.arch;
   c.n_layer = int_field(j, "num_hidden_layers", source);
@@ -174,9 +203,7 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& sour
   if (bool_field(j, "mlp_bias", source, false)) {
     fail<UnsupportedError>("{}: mlp_bias is not supported", source);
   }
-  const std::string act = string_field(j, "hidden_act", source, "silu");
-  if (act != "silu")
-    fail<UnsupportedError>("{}: hidden_act '{}' is not supported (silu)", source, act);
+  c.ffn_act = ffn_activation(string_field(j, "hidden_act", source, "silu"), source);
   family.read_hf(j, source, c);
   return c;
 }
@@ -221,8 +248,12 @@ ModelConfig config_from_gguf(const GgufFile& gguf) {
   c.rope_theta = gguf.get_float(key("rope.freq_base")).value_or(10000.0);
   if (const auto type = gguf.get_string(key("rope.scaling.type")); type && *type != "none") {
     const double factor = gguf.get_float(key("rope.scaling.factor")).value_or(1.0);
-    if (!(*type == "linear" && factor == 1.0)) {
-      fail<UnsupportedError>("{}: rope scaling '{}' is not supported", source, *type);
+    if (*type != "linear" || !(factor > 0)) {
+      fail<UnsupportedError>("{}: rope scaling '{}' (factor {}) is not supported", source, *type, factor);
+    }
+    if (factor != 1.0) {
+      c.rope_scaling.type = "linear";
+      c.rope_scaling.factor = factor;
     }
   }
   // LongRoPE in GGUF (llama.cpp's phi3 converter): the two factor lists as tensors.

@@ -11,7 +11,11 @@ namespace ckv {
 class GgufFile;
 
 // The decoder families ckv implements; model/family.h describes each one.
-enum class Architecture { Llama, Qwen2, Qwen3, Phi3, Qwen3Moe };
+enum class Architecture { Llama, Qwen2, Qwen3, Phi3, Qwen3Moe, Gemma3 };
+
+// The gate of the MLP: SiLU (SwiGLU) or GELU's tanh approximation (GeGLU, Gemma's
+// gelu_pytorch_tanh).
+enum class FfnActivation { Silu, GeluTanh };
 
 struct RopeScaling {
   std::string type = "default";  // "default", "llama3" or "longrope" (docs/MODELS.md "RoPE (HF)")
@@ -48,9 +52,17 @@ struct ModelConfig {
   bool qk_norm = false;          // RMSNorm [d_head] of each q and k head before RoPE (qwen3)
   bool fused_qkv = false;        // one [q_rows + 2*kv_rows, d_model] projection (phi3)
   bool fused_gate_up = false;    // one [2*d_ff, d_model] gate-then-up projection (phi3)
-  int64_t sliding_window = 0;    // > 0: a query sees at most this many keys; a pass whose
-                                 // positions exceed it is refused (sliding windows are not
-                                 // implemented), one that stays within it is exact
+  // Sliding-window attention: on a layer marked in sliding_layers, a query at position p sees
+  // the keys at (p - sliding_window, p] (HF's rule: sliding_window keys, itself included).
+  int64_t sliding_window = 0;         // 0: none
+  std::vector<char> sliding_layers;   // [n_layer] 1 where the window applies; empty when none
+  FfnActivation ffn_act = FfnActivation::Silu;
+  // Gemma 3 (model/family_gemma3.cpp); the defaults are every other family's graph.
+  double rope_local_theta = 0;    // > 0: sliding layers rotate by this base, unscaled
+  double embed_scale = 1;         // the embedding rows times this (Gemma: sqrt(d_model))
+  double attn_scale = 0;          // attention logit scale; 0: 1/sqrt(d_head)
+  bool post_norms = false;        // RMSNorm of each block's output before its residual add
+  double final_logit_softcap = 0; // > 0: logits <- cap * tanh(logits / cap)
   // Mixture of experts (qwen3moe, mixtral; docs/MODELS.md "Mixture of experts"): an expert
   // layer's MLP is n_expert SiLU-gated MLPs of width d_ff_expert and a router [n_expert,
   // d_model]; each token runs the n_expert_used experts of its largest router softmax
@@ -65,11 +77,23 @@ struct ModelConfig {
   bool hf_mixtral_expert_names = false;  // HF checkpoint spells them block_sparse_moe.*.w1/w3/w2
 
   int64_t group_size() const { return n_head / n_kv_head; }  // query heads per KV head
+  // The window of `layer`'s attention: sliding_window on a sliding layer, else 0 (none).
+  int64_t window_of(int64_t layer) const {
+    return sliding_window > 0 && layer >= 0 && layer < static_cast<int64_t>(sliding_layers.size()) &&
+                   sliding_layers[static_cast<size_t>(layer)] != 0
+               ? sliding_window
+               : 0;
+  }
+  // Marks every layer sliding (Mistral, Phi-3: one window for the whole model).
+  void slide_every_layer() { sliding_layers.assign(static_cast<size_t>(n_layer), 1); }
   // Whether layer l's MLP is the experts (HF Qwen3MoeDecoderLayer's rule).
   bool expert_layer(int64_t l) const;
   // Checks positivity and divisibility; throws FormatError naming `source`.
   void validate(const std::string& source) const;
 };
+
+// HF's hidden_act / hidden_activation name: "silu" or "gelu_pytorch_tanh" (UnsupportedError).
+FfnActivation ffn_activation(const std::string& name, const std::string& source);
 
 // Throws UnsupportedError naming the architecture when no family (model/family.h) has it.
 Architecture parse_architecture(const std::string& name, const std::string& source);

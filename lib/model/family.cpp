@@ -1,5 +1,8 @@
 #include "model/family.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -11,7 +14,7 @@ namespace ckv {
 std::span<const Family* const> families() {
   // The table: one entry per family_<name>.cpp.
   static const Family* const kFamilies[] = {&llama_family(), &qwen2_family(), &qwen3_family(),
-                                            &phi3_family(), &qwen3moe_family()};
+                                            &phi3_family(), &qwen3moe_family(), &gemma3_family()};
   return kFamilies;
 }
 
@@ -50,6 +53,8 @@ const Family& family_for_gguf(const std::string& arch, const std::string& source
 
 std::vector<std::string> family_features(const ModelConfig& c) {
   std::vector<std::string> out;
+  if (c.arch_name.ends_with(kTextConfigSuffix))  // config.cpp: a multimodal checkpoint's language model
+    out.emplace_back("the text model of a multimodal checkpoint (its vision tower is not loaded)");
   if (c.attention_bias) out.emplace_back("qkv bias");
   if (c.qk_norm) out.emplace_back("q/k norm");
   if (c.fused_qkv) out.emplace_back("fused qkv");
@@ -61,8 +66,23 @@ std::vector<std::string> family_features(const ModelConfig& c) {
                               c.rope_scaling.original_max_position,
                               c.rope_scaling.attention_factor));
   if (c.rope_scaling.type == "llama3") out.emplace_back("llama3 rope");
-  if (c.sliding_window > 0 && (c.context_length == 0 || c.sliding_window < c.context_length))
-    out.push_back(fmt::format("sliding window {} (longer passes refused)", c.sliding_window));
+  int64_t sliding = 0;
+  for (int64_t l = 0; l < c.n_layer; ++l) sliding += c.window_of(l) > 0 ? 1 : 0;
+  if (sliding > 0) {
+    std::string global;  // the layers that attend to every key, when some do
+    for (int64_t l = 0; l < c.n_layer; ++l)
+      if (c.window_of(l) == 0) global += (global.empty() ? "" : " ") + std::to_string(l);
+    out.push_back(fmt::format("sliding window {} on {} of {} layers{}", c.sliding_window, sliding, c.n_layer,
+                              global.empty() ? "" : " (full attention on layers " + global + ")"));
+  }
+  if (c.rope_local_theta > 0)
+    out.push_back(fmt::format("rope base {:g} on sliding layers, {:g} on full ones", c.rope_local_theta,
+                              c.rope_theta));
+  if (c.ffn_act == FfnActivation::GeluTanh) out.emplace_back("GeGLU (gelu tanh)");
+  if (c.post_norms) out.emplace_back("post-attention and post-MLP norms");
+  if (c.embed_scale != 1) out.push_back(fmt::format("embeddings times {:.6g}", c.embed_scale));
+  if (c.attn_scale > 0) out.push_back(fmt::format("attention logit scale {:.6g}", c.attn_scale));
+  if (c.final_logit_softcap > 0) out.push_back(fmt::format("final logit soft-cap {:g}", c.final_logit_softcap));
   if (c.n_expert > 0) {
     int64_t dense = 0;
     for (int64_t l = 0; l < c.n_layer; ++l) dense += c.expert_layer(l) ? 0 : 1;
@@ -72,6 +92,14 @@ std::vector<std::string> family_features(const ModelConfig& c) {
     if (dense > 0) out.push_back(fmt::format("{} dense layers", dense));
   }
   return out;
+}
+
+void require_default_attention_scale(const ModelConfig& c, std::string_view what) {
+  const double standard = 1.0 / std::sqrt(static_cast<double>(c.d_head));
+  if (c.attn_scale > 0 && std::abs(c.attn_scale / standard - 1.0) > 1e-6)
+    fail<UnsupportedError>("{}: the model scales attention logits by {:.6g} (query_pre_attn_scalar), not "
+                           "1/sqrt(d_head) = {:.6g}, and ckv's analyses recompute attention with the latter",
+                           what, c.attn_scale, standard);
 }
 
 namespace family_detail {
@@ -130,17 +158,42 @@ int64_t sliding_window_field(const nlohmann::json& j, const std::string& source)
   return v->get<int64_t>();
 }
 
-void refuse_use_sliding_window(const nlohmann::json& j, const std::string& source,
-                               std::string_view family) {
-  if (bool_field(j, "use_sliding_window", source, false))
-    fail<UnsupportedError>("{}: {} sliding-window attention is not supported", source, family);
+bool read_layer_types(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
+  const nlohmann::json* v = field(j, "layer_types");
+  if (v == nullptr) return false;
+  if (!v->is_array() || static_cast<int64_t>(v->size()) != c.n_layer)
+    fail<FormatError>("{}: 'layer_types' is not a list of {} layer types", source, c.n_layer);
+  c.sliding_layers.clear();
+  for (const nlohmann::json& t : *v) {
+    if (t == "sliding_attention")
+      c.sliding_layers.push_back(1);
+    else if (t == "full_attention")
+      c.sliding_layers.push_back(0);
+    else
+      fail<UnsupportedError>("{}: layer type {} is not supported (sliding_attention, full_attention)", source,
+                             t.dump());
+  }
+  return true;
+}
+
+void read_qwen_window(const nlohmann::json& j, const std::string& source, ModelConfig& c,
+                      int64_t default_max_window_layers) {
+  if (!bool_field(j, "use_sliding_window", source, false)) return;
+  c.sliding_window = sliding_window_field(j, source);
+  if (c.sliding_window == 0) return;
+  if (read_layer_types(j, source, c)) return;
+  const int64_t from = int_field(j, "max_window_layers", source, default_max_window_layers);
+  c.sliding_layers.assign(static_cast<size_t>(c.n_layer), 0);
+  for (int64_t l = std::max<int64_t>(0, from); l < c.n_layer; ++l) c.sliding_layers[static_cast<size_t>(l)] = 1;
 }
 
 void refuse_short_gguf_window(const GgufFile& gguf, ModelConfig& c) {
   if (c.sliding_window > 0 && c.sliding_window < c.context_length)
     fail<UnsupportedError>(
-        "{}: sliding-window attention ({}.attention.sliding_window {}) is not supported",
-        gguf.path().string(), c.arch_name, c.sliding_window);
+        "{}: sliding-window attention ({}.attention.sliding_window {}) is not supported from GGUF for {}: "
+        "the file does not say which layers it applies to",
+        gguf.path().string(), c.arch_name, c.sliding_window, c.arch_name);
+  c.sliding_window = 0;  // covers the context: full attention
 }
 
 void refuse_attention_bias(const nlohmann::json& j, const std::string& source,

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "io/tensor_names.h"
 #include "model/config.h"
 
 namespace ckv {
@@ -40,6 +41,12 @@ struct Family {
   // UnsupportedError naming an option ckv does not implement, FormatError for a bad value.
   void (*read_hf)(const nlohmann::json& j, const std::string& source, ModelConfig& c);
   void (*read_gguf)(const GgufFile& gguf, ModelConfig& c);
+  // HF RMSNorm weights are stored as w with the norm multiplying by 1 + w (gemma3; llama.cpp's
+  // converter stores 1 + w in GGUF): the loader adds 1 to every HF norm weight.
+  bool hf_norm_plus_one = false;
+  // The family's HF tensor names where they differ from the table's (io/tensor_names.h);
+  // null or "" = the table's.
+  std::string (*hf_name)(WeightKind kind, int64_t layer) = nullptr;
 };
 
 // Every family, in the order `ckv info` and error messages list them.
@@ -51,9 +58,16 @@ const Family& family_for_gguf(const std::string& arch, const std::string& source
 
 // The graph features a config turns on, in words, for `ckv info`: "q/k norm", "fused qkv",
 // "fused gate/up", "qkv bias", "partial rotary 12 of 16 dims", "longrope (...)", "sliding
-// window N (longer passes refused)", "128 experts of d_ff 768", "8 experts per token", "top-k
-// weights renormalised", "N dense layers". Empty for a plain llama.
+// window N on L of M layers (...)", "GeGLU", "post-norms", "rope base B on sliding layers",
+// "logit scale", "final logit soft-cap", "128 experts of d_ff 768", "8 experts per token",
+// "top-k weights renormalised", "N dense layers". Empty for a plain llama.
 std::vector<std::string> family_features(const ModelConfig& c);
+
+// Whether the model's attention logits are scaled by 1/sqrt(d_head), the scale ckv's
+// analyses (ckv bound, check, the metrics of ckv mask) recompute attention with from recorded
+// q/k; Gemma 3 with query_pre_attn_scalar != head_dim is not. Those subcommands refuse such a
+// model (UnsupportedError naming `what`) rather than report numbers of another attention.
+void require_default_attention_scale(const ModelConfig& c, std::string_view what);
 
 // The families' definitions (one family_<name>.cpp each).
 const Family& llama_family();
@@ -61,6 +75,14 @@ const Family& qwen2_family();
 const Family& qwen3_family();
 const Family& phi3_family();
 const Family& qwen3moe_family();
+const Family& gemma3_family();
+
+// The language model's config of a multimodal Gemma 3 checkpoint (Gemma3ForConditionalGeneration,
+// model_type "gemma3"): its text_config with Gemma3TextConfig's defaults for the fields a
+// hub config leaves out (family_gemma3.cpp). FormatError without a text_config object.
+nlohmann::json gemma3_text_config(const nlohmann::json& j, const std::string& source);
+// What config_from_hf_json appends to the arch_name of such a checkpoint ("gemma3 (text_config)").
+inline constexpr std::string_view kTextConfigSuffix = " (text_config)";
 
 // Shared pieces of the families' readers (family.cpp).
 namespace family_detail {
@@ -76,11 +98,17 @@ double float_field(const nlohmann::json& j, const char* key, const std::string& 
                    double fallback);
 // A window of HF config.json (`sliding_window`, an integer or null) or 0 when there is none.
 int64_t sliding_window_field(const nlohmann::json& j, const std::string& source);
-// Refuses `use_sliding_window: true` (qwen2, qwen3): windowed layers are not implemented.
-void refuse_use_sliding_window(const nlohmann::json& j, const std::string& source,
-                               std::string_view family);
-// Refuses a GGUF `{arch}.attention.sliding_window` shorter than the context (llama, qwen2,
-// qwen3, where ckv would otherwise compute full attention); keeps one that covers it.
+// HF's `layer_types` ("sliding_attention" / "full_attention", one per layer) into
+// c.sliding_layers; false when the config has none. FormatError for a wrong length or type.
+bool read_layer_types(const nlohmann::json& j, const std::string& source, ModelConfig& c);
+// qwen2, qwen3: with `use_sliding_window`, `sliding_window` on the layers `layer_types` marks,
+// or else on the layers from `max_window_layers` on (transformers' Qwen2Config); without it,
+// no window (HF writes a window it does not apply).
+void read_qwen_window(const nlohmann::json& j, const std::string& source, ModelConfig& c,
+                      int64_t default_max_window_layers);
+// Refuses a GGUF `{arch}.attention.sliding_window` shorter than the context where GGUF does
+// not say which layers it applies to (qwen2, qwen3: HF's max_window_layers is not in the
+// file); keeps one that covers it.
 void refuse_short_gguf_window(const GgufFile& gguf, ModelConfig& c);
 // Refuses HF `attention_bias: true` where it also biases o_proj (llama, qwen3).
 void refuse_attention_bias(const nlohmann::json& j, const std::string& source,

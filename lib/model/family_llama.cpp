@@ -1,8 +1,9 @@
 // llama: Llama 2/3.x, SmolLM2, Mistral (docs/MODELS.md "Architectures"). RMSNorm, SiLU-gated MLP,
 // RoPE (default or llama3 scaling), no biases in HF checkpoints (a GGUF may carry q/k/v
-// biases), q/k rows interleaved per head by llama.cpp's converter. Mixtral is llama with
-// experts in every layer (HF model_type mixtral; GGUF llama with expert_count): HF's router
-// softmax, top-k and renormalisation, which is the softmax of the top-k router logits.
+// biases), q/k rows interleaved per head by llama.cpp's converter; Mistral v0.1's sliding
+// window on every layer. Mixtral is llama with experts in every layer (HF model_type mixtral;
+// GGUF llama with expert_count): HF's router softmax, top-k and renormalisation, which is the
+// softmax of the top-k router logits.
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -16,15 +17,10 @@ using namespace family_detail;
 
 void read_hf(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
   refuse_attention_bias(j, source, "llama");
-  // Mistral v0.1 attends to a window of 4096 keys; ckv computes full causal attention, which
-  // equals it only while the window covers the whole context. Refuse rather than compute
-  // full attention silently.
-  if (const auto it = j.find("sliding_window"); it != j.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<int64_t>() < c.context_length)
-      fail<UnsupportedError>("{}: sliding-window attention (sliding_window {}) is not supported",
-                             source, it->dump());
-    c.sliding_window = it->get<int64_t>();
-  }
+  // Mistral v0.1 attends to a window of 4096 keys on every layer (MistralConfig
+  // sliding_window; null in v0.3).
+  c.sliding_window = sliding_window_field(j, source);
+  if (c.sliding_window > 0) c.slide_every_layer();
   if (c.arch_name == "mixtral") {  // MixtralConfig's defaults where the file has none
     c.n_expert = expert_count_field(j, source, 8);
     c.n_expert_used = int_field(j, "num_experts_per_tok", source, 2);
@@ -35,7 +31,9 @@ void read_hf(const nlohmann::json& j, const std::string& source, ModelConfig& c)
 }
 
 void read_gguf(const GgufFile& gguf, ModelConfig& c) {
-  refuse_short_gguf_window(gguf, c);
+  // A window in the file (llama.attention.sliding_window) is one on every layer, as HF's
+  // Mistral applies it.
+  if (c.sliding_window > 0) c.slide_every_layer();
   read_gguf_experts(gguf, c);
 }
 

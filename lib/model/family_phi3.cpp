@@ -3,7 +3,7 @@
 // rows, then up), split at load into row views of the stored matrix; LongRoPE (short/long
 // factors, attention factor; config.cpp) and partial rotary embedding (Phi-4-mini's
 // partial_rotary_factor 0.75: RoPE turns the first rope_dim dims of each head). A sliding
-// window (Phi-3-mini-4k: 2047) is kept and a pass longer than it refused (forward.cpp).
+// window (Phi-3-mini-4k: 2047) applies to every layer, as HF's Phi3Model masks.
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -29,10 +29,13 @@ void read_hf(const nlohmann::json& j, const std::string& source, ModelConfig& c)
     fail<UnsupportedError>("{}: partial_rotary_factor {} gives an odd number of rotary dims ({})",
                            source, partial, c.rope_dim);
   c.sliding_window = sliding_window_field(j, source);
+  if (c.sliding_window > 0) c.slide_every_layer();
   c.rms_eps = float_field(j, "rms_norm_eps", source, 1e-5);  // Phi3Config's default, not 1e-6
 }
 
-void read_gguf(const GgufFile&, ModelConfig&) {}
+void read_gguf(const GgufFile&, ModelConfig& c) {
+  if (c.sliding_window > 0) c.slide_every_layer();  // phi3.attention.sliding_window
+}
 
 constexpr std::string_view kHf[] = {"phi3"};
 constexpr std::string_view kGguf[] = {"phi3"};

@@ -11,9 +11,10 @@ namespace {
 
 using namespace family_detail;
 
-void read_hf(const nlohmann::json& j, const std::string& source, ModelConfig&) {
-  // qwen2 writes a window but applies it only under use_sliding_window.
-  refuse_use_sliding_window(j, source, "qwen2");
+void read_hf(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
+  // qwen2 writes a window but applies it only under use_sliding_window, from layer
+  // max_window_layers on (Qwen2Config's default 28).
+  read_qwen_window(j, source, c, 28);
 }
 
 void read_gguf(const GgufFile& gguf, ModelConfig& c) {

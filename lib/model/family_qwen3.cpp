@@ -12,9 +12,9 @@ namespace {
 
 using namespace family_detail;
 
-void read_hf(const nlohmann::json& j, const std::string& source, ModelConfig&) {
+void read_hf(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
   refuse_attention_bias(j, source, "qwen3");
-  refuse_use_sliding_window(j, source, "qwen3");
+  read_qwen_window(j, source, c, 28);  // as qwen2's (Qwen3Config's default 28)
 }
 
 void read_gguf(const GgufFile& gguf, ModelConfig& c) {

@@ -17,7 +17,9 @@ using namespace family_detail;
 
 void read_hf(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
   refuse_attention_bias(j, source, "qwen3moe");
-  refuse_use_sliding_window(j, source, "qwen3moe");
+  // Qwen3's window (read_qwen_window) is not taken over for the experts' family: refused.
+  if (bool_field(j, "use_sliding_window", source, false))
+    fail<UnsupportedError>("{}: qwen3moe sliding-window attention is not supported", source);
   if (int_field(j, "shared_expert_intermediate_size", source, 0) != 0)
     fail<UnsupportedError>("{}: shared experts (shared_expert_intermediate_size) are not supported", source);
   // Qwen3MoeConfig's defaults where the file has none.

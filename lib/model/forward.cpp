@@ -1,6 +1,7 @@
 #include "model/forward.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/ranges.h>
 
@@ -119,6 +120,10 @@ Forward::Forward(const ModelConfig& config, const ModelWeights& weights, Forward
     }
     expect_shape(w.wo, {c.d_model, q_dim}, p + "attn_output");
     expect_shape(w.ffn_norm, {c.d_model}, p + "ffn_norm");
+    if (c.post_norms) {
+      expect_shape(w.post_attn_norm, {c.d_model}, p + "post_attention_norm");
+      expect_shape(w.post_ffn_norm, {c.d_model}, p + "post_ffw_norm");
+    }
     if (c.expert_layer(l)) {
       check_expert_shapes(c, w, p);
       continue;
@@ -127,9 +132,17 @@ Forward::Forward(const ModelConfig& config, const ModelWeights& weights, Forward
     expect_shape(w.w_up, {c.d_ff, c.d_model}, p + "ffn_up");
     expect_shape(w.w_down, {c.d_model, c.d_ff}, p + "ffn_down");
   }
+  if (static_cast<int64_t>(c.sliding_layers.size()) != c.n_layer && !c.sliding_layers.empty())
+    fail<FormatError>("model config: {} layer types for {} layers", c.sliding_layers.size(), c.n_layer);
   inv_freq_ = rope_inv_freq(c, weights.rope_freq_factors);
   if (c.rope_scaling.type == "longrope") inv_freq_long_ = rope_inv_freq(c, {}, /*long_factors=*/true);
   rope_scale_ = rope_attention_scale(c);
+  if (c.rope_local_theta > 0) {  // sliding layers: their own base, no scaling (Gemma 3)
+    ModelConfig local = c;
+    local.rope_theta = c.rope_local_theta;
+    local.rope_scaling = {};
+    inv_freq_local_ = rope_inv_freq(local, {});
+  }
 }
 
 void Forward::select_rope(int64_t end) {
@@ -138,6 +151,12 @@ void Forward::select_rope(int64_t end) {
   if (table.seq < end)
     table = make_rope_table(use_long ? inv_freq_long_ : inv_freq_, std::max(end, 2 * table.seq), rope_scale_);
   pass_rope_ = &table;
+  if (!inv_freq_local_.empty() && rope_local_.seq < end)
+    rope_local_ = make_rope_table(inv_freq_local_, std::max(end, 2 * rope_local_.seq));
+}
+
+const RopeTable& Forward::layer_rope(int64_t layer) const {
+  return !inv_freq_local_.empty() && config_.window_of(layer) > 0 ? rope_local_ : *pass_rope_;
 }
 
 void Forward::check_request(int64_t seq, const ForwardRequest& request) const {
@@ -166,26 +185,30 @@ void Forward::check_tokens(std::span<const int32_t> tokens, int64_t first_positi
   if (n == 0) fail<InputError>("forward: no tokens");
   if (c.context_length > 0 && first_position + n > c.context_length)
     fail<InputError>("forward: {} tokens exceed the model's context of {}", first_position + n, c.context_length);
-  if (c.sliding_window > 0 && first_position + n > c.sliding_window)
-    fail<UnsupportedError>("forward: {} tokens exceed the model's sliding window of {} keys, and sliding-window "
-                           "attention is not implemented (up to {} tokens the pass is exact)",
-                           first_position + n, c.sliding_window, c.sliding_window);
   for (int64_t i = 0; i < n; ++i)
     if (tokens[static_cast<size_t>(i)] < 0 || tokens[static_cast<size_t>(i)] >= c.vocab)
       fail<InputError>("forward: token id {} at position {} outside the vocabulary [0, {})",
                        tokens[static_cast<size_t>(i)], first_position + i, c.vocab);
 }
 
-// resid_ [n, d_model]: each token's embedding row converted to float32.
+// resid_ [n, d_model]: each token's embedding row converted to float32 (times the config's
+// embedding scale, in fp32: Gemma's sqrt(d_model)).
 void Forward::embed(std::span<const int32_t> tokens) {
   const int64_t d_model = config_.d_model;
   const auto n = static_cast<int64_t>(tokens.size());
   resid_ = Tensor({n, d_model});
   for (int64_t i = 0; i < n; ++i)
     weights_.token_embd.rows_f32(tokens[static_cast<size_t>(i)], 1, resid_.data() + i * d_model);
+  if (config_.embed_scale != 1) resid_.matrix() *= static_cast<float>(config_.embed_scale);
 }
 
-// resid_ += MLP(ffn_norm(resid_)): the dense MLP, or an expert layer's experts.
+// block_out_ <- norm(block_out_) where the family norms each block's output (Gemma 3).
+void Forward::post_norm(const Tensor& weight) {
+  if (config_.post_norms) rms_norm(ctx_, block_out_, weight, static_cast<float>(config_.rms_eps), block_out_);
+}
+
+// resid_ += MLP(ffn_norm(resid_)): the dense MLP, or an expert layer's experts (post-normed where
+// the family says so).
 void Forward::mlp_block(int64_t layer) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   rms_norm(ctx_, resid_, w.ffn_norm, static_cast<float>(config_.rms_eps), normed_);
@@ -194,8 +217,10 @@ void Forward::mlp_block(int64_t layer) {
     for (const ExpertWeights& e : w.experts) experts.push_back({&e.w_gate, &e.w_up, &e.w_down});
     moe_mlp(ctx_, normed_, w.ffn_gate_inp, experts, config_.n_expert_used, config_.norm_topk_prob, block_out_);
   } else {
-    gated_mlp(ctx_, normed_, w.w_gate, w.w_up, w.w_down, block_out_);
+    gated_mlp(ctx_, normed_, w.w_gate, w.w_up, w.w_down, block_out_,
+              config_.ffn_act == FfnActivation::GeluTanh ? GateActivation::GeluTanh : GateActivation::Silu);
   }
+  post_norm(w.post_ffn_norm);
   add_residual(layer);
 }
 
@@ -209,6 +234,8 @@ ForwardResult Forward::logits(std::span<const int64_t> rows) {
   for (int64_t i = 0; i < r; ++i) last.matrix().row(i) = resid_.matrix().row(rows[static_cast<size_t>(i)]);
   rms_norm(ctx_, last, weights_.output_norm, static_cast<float>(c.rms_eps), last);
   linear(ctx_, last, weights_.lm_head(), Tensor(), result.logits);
+  if (const auto cap = static_cast<float>(c.final_logit_softcap); cap > 0)  // HF: tanh(x / cap) * cap
+    for (float& x : result.logits.storage()) x = std::tanh(x / cap) * cap;
   return result;
 }
 
@@ -225,6 +252,7 @@ ForwardResult Forward::run(std::span<const int32_t> tokens, const ForwardRequest
       const bool record = !request.record.empty() && request.record.wants_layer(l);
       rms_norm(ctx_, resid_, w.attn_norm, static_cast<float>(c.rms_eps), normed_);
       attention_block(l, request, record);
+      post_norm(w.post_attn_norm);
       add_residual(-1);
       mlp_block(l);
       if (record && request.record.residual) request.recorder->on_residual(l, resid_);
@@ -258,6 +286,7 @@ ForwardResult Forward::run_cached(std::span<const int32_t> tokens, KvCache& cach
       const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
       rms_norm(ctx_, resid_, w.attn_norm, static_cast<float>(c.rms_eps), normed_);
       cached_attention_block(l, first, cache, request);
+      post_norm(w.post_attn_norm);
       add_residual(-1);
       mlp_block(l);
     }
@@ -315,8 +344,8 @@ void Forward::project_qkv(int64_t layer, int64_t first_position) {
     rms_norm(ctx_, q_, w.q_norm, static_cast<float>(c.rms_eps), q_);
     rms_norm(ctx_, k_, w.k_norm, static_cast<float>(c.rms_eps), k_);
   }
-  apply_rope(ctx_, q_, *pass_rope_, first_position);
-  apply_rope(ctx_, k_, *pass_rope_, first_position);
+  apply_rope(ctx_, q_, layer_rope(layer), first_position);
+  apply_rope(ctx_, k_, layer_rope(layer), first_position);
 }
 
 // normed_ [n, d_model] of the rows at [first_position, +n) -> block_out_ [n, d_model], the
@@ -329,7 +358,8 @@ void Forward::cached_attention_block(int64_t layer, int64_t first_position, KvCa
   if (request.before_attention) request.before_attention(layer, q_, k_, v_, cache);
   kv_views_.resize(static_cast<size_t>(config_.n_kv_head));
   for (int64_t g = 0; g < config_.n_kv_head; ++g) kv_views_[static_cast<size_t>(g)] = cache.view(layer, g);
-  cached_attention(ctx_, q_, q_positions_, kv_views_, context_, options_.query_block);
+  cached_attention(ctx_, q_, q_positions_, kv_views_, context_, options_.query_block, config_.window_of(layer),
+                   static_cast<float>(config_.attn_scale));
   linear(ctx_, context_, w.wo, Tensor(), block_out_);  // [n, d_model]
 }
 
@@ -342,6 +372,8 @@ void Forward::attention_block(int64_t layer, const ForwardRequest& request, bool
 
   AttentionParams params;
   params.query_block = options_.query_block;
+  params.window = config_.window_of(layer);
+  params.scale = static_cast<float>(config_.attn_scale);
   if (auto it = request.mask.find(layer); it != request.mask.end()) params.mask = it->second;
   std::vector<AttentionMaskSpan> layer_spans;  // the mask of this layer when a source extends it
   if (request.layer_mask) {

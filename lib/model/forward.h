@@ -1,9 +1,12 @@
 #pragma once
 // The decoder forward pass of the families of model/family.h (docs/MODELS.md "Architectures"),
 // fp32, with recording and attention-mask intervention. A layer is: RMSNorm, q/k/v
-// projections (+ biases), per-head q/k RMSNorm (qwen3), RoPE over the rotary dims (longrope's
-// factors and scale for phi3), causal attention, o_proj, residual; RMSNorm, SiLU-gated MLP
-// (or a mixture of such experts: ops/moe.h), residual. It calls ops only, in one execution context
+// projections (+ biases), per-head q/k RMSNorm (qwen3, gemma3), RoPE over the rotary dims
+// (longrope's factors and scale for phi3; gemma3's sliding layers their own base), causal
+// attention (within the sliding window on the config's sliding layers), o_proj, (post-norm,
+// gemma3), residual; RMSNorm, gated MLP (SiLU or GELU-tanh; or a mixture of SiLU-gated experts:
+// ops/moe.h), (post-norm), residual. Embeddings times the config's scale, final logits
+// soft-capped where it sets a cap. It calls ops only, in one execution context
 // (ops/context.h) made from ForwardOptions when the Forward is built, and never branches on
 // the device. Only the CPU runs it: a CUDA device is refused at construction (the kernels
 // exist, but the pass's KV cache, recordings and masks are host-side and the device path has
@@ -116,6 +119,9 @@ class Forward {
   void check_tokens(std::span<const int32_t> tokens, int64_t first_position) const;
   void embed(std::span<const int32_t> tokens);
   void mlp_block(int64_t layer);
+  void post_norm(const Tensor& weight);
+  // The rotation table of `layer` in the pass being run (a sliding layer's own, Gemma 3).
+  const RopeTable& layer_rope(int64_t layer) const;
   ForwardResult logits(std::span<const int64_t> rows);
   // Chooses (and grows) the rotation table of a pass over positions [0, end) (longrope: its
   // short or long factors, HF's choice per call); project_qkv rotates by it.
@@ -134,6 +140,7 @@ class Forward {
   ExecContext ctx_;
   std::vector<float> inv_freq_;       // [rope_dim/2]
   std::vector<float> inv_freq_long_;  // [rope_dim/2] longrope's long factors, else empty
+  std::vector<float> inv_freq_local_; // [rope_dim/2] sliding layers' base (rope_local_theta), else empty
   float rope_scale_ = 1.0f;           // on cos and sin (longrope's attention factor)
   std::vector<KvHeadView> kv_views_;  // [n_kv_head] of the layer being run over a cache
   std::vector<int64_t> q_positions_;  // [n] positions of the rows being run over a cache
@@ -148,6 +155,7 @@ class Forward {
   Tensor probs_;                  // [n_head, r, seq]
   RopeTable rope_;
   RopeTable rope_long_;                 // longrope's long factors
+  RopeTable rope_local_;                // sliding layers' (rope_local_theta)
   const RopeTable* pass_rope_ = nullptr;  // the table of the pass being run
 };
 

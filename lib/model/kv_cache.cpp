@@ -144,3 +144,22 @@ void KvCache::truncate(int64_t position) {
 }
 
 }  // namespace ckv
+
+namespace ckv {
+
+void KvCache::trim_to_windows(const ModelConfig& config) {
+  if (config.n_layer != n_layer_)
+    fail<InputError>("KV cache: {} layers, the config has {}", n_layer_, config.n_layer);
+  for (int64_t l = 0; l < n_layer_; ++l) {
+    const int64_t window = config.window_of(l);
+    if (window == 0) continue;
+    for (int64_t g = 0; g < n_kv_head_; ++g) {
+      Head& h = head(l, g);
+      std::vector<char> flags(h.positions.size());
+      for (size_t i = 0; i < flags.size(); ++i) flags[i] = h.positions[i] > next_ - window ? 1 : 0;
+      keep_flags(h, flags);
+    }
+  }
+}
+
+}  // namespace ckv

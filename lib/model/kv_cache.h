@@ -62,6 +62,11 @@ class KvCache {
   // Drops every entry at a position >= position in every head and sets next_position() to
   // it: undoes the tokens fed after it (teacher forcing, then decoding from the same point).
   void truncate(int64_t position);
+  // On every sliding layer of `config` (window W), drops the entries at positions
+  // <= next_position() - W, which no later query sees: such a layer then holds at most W - 1
+  // entries per head between runs, whatever the length fed. Undoing tokens afterwards
+  // (truncate) cannot bring them back, so a caller that rewinds does not trim.
+  void trim_to_windows(const ModelConfig& config);
 
  private:
   struct Head {

@@ -38,6 +38,8 @@ std::vector<int64_t> expected_shape(WeightKind kind, const ModelConfig& c) {
     case WeightKind::OutputNorm:
     case WeightKind::AttnNorm:
     case WeightKind::FfnNorm:
+    case WeightKind::PostAttnNorm:
+    case WeightKind::PostFfnNorm:
       return {c.d_model};
     case WeightKind::RopeFreqs:
       return {c.d_head / 2};
@@ -151,7 +153,9 @@ void load_weights(const std::shared_ptr<const TensorSource>& src, const NameFn& 
       add_vec(&L.k_norm, WeightKind::AttnKNorm, l);
     }
     add_mat(&L.wo, WeightKind::AttnOutput, l);
+    if (c.post_norms) add_vec(&L.post_attn_norm, WeightKind::PostAttnNorm, l);
     add_vec(&L.ffn_norm, WeightKind::FfnNorm, l);
+    if (c.post_norms) add_vec(&L.post_ffn_norm, WeightKind::PostFfnNorm, l);
     if (c.expert_layer(l)) {
       add_experts(L, l);
       continue;
@@ -231,6 +235,28 @@ void unpermute_bias(Tensor& t, int64_t n_heads, int64_t d_head) {
   t.storage() = std::move(out);
 }
 
+// Where a multimodal checkpoint (Gemma3ForConditionalGeneration) keeps its language model's
+// "model." tensors: "model.language_model." (transformers >= 4.52) or "language_model.model."
+// (earlier); "" for a text-only checkpoint. Its vision tower's tensors are never read.
+std::string text_model_prefix(const TensorSource& src) {
+  if (src.find(hf_name(WeightKind::TokenEmbd)) != nullptr) return "";
+  for (const char* prefix : {"model.language_model.", "language_model.model."})
+    if (src.find(std::string(prefix) + "embed_tokens.weight") != nullptr) return prefix;
+  return "";
+}
+
+// Gemma's RMSNorm multiplies by 1 + w where HF stores w: every norm weight + 1 (in fp32, as
+// HF's `1.0 + self.weight.float()`), the form GGUF stores.
+void add_one_to_norms(ModelWeights& w) {
+  auto shift = [](Tensor& t) {
+    for (float& x : t.storage()) x += 1.0f;
+  };
+  shift(w.output_norm);
+  for (LayerWeights& L : w.layers)
+    for (Tensor* t : {&L.attn_norm, &L.post_attn_norm, &L.ffn_norm, &L.post_ffn_norm, &L.q_norm, &L.k_norm})
+      shift(*t);
+}
+
 void fill_source_info(const TensorSource& src, const std::filesystem::path& path, Model& m) {
   m.source.path = path;
   m.source.format = std::string(src.format());
@@ -290,11 +316,25 @@ Model load_hf_dir(const std::filesystem::path& dir) {
   m.config = config_from_hf_json(j, config_path.string());
   m.config.validate(config_path.string());
   const auto weights = std::make_shared<const SafetensorsDir>(dir);
+  const Family& family = family_of(m.config.arch);
+  const std::string prefix = text_model_prefix(*weights);
   const bool mixtral = m.config.hf_mixtral_expert_names;
+  // "model.X" -> prefix + "X"; lm_head under "language_model." where the prefix is there.
+  const auto prefixed = [&prefix](std::string name) {
+    if (prefix.empty()) return name;
+    if (name.starts_with("model.")) return prefix + name.substr(6);
+    return prefix.starts_with("language_model.") ? "language_model." + name : name;
+  };
   load_weights(
-      weights, [mixtral](WeightKind k, int64_t l) { return hf_name(k, l, mixtral); },
-      [mixtral](WeightKind k, int64_t l, int64_t e) { return hf_expert_name(k, l, e, mixtral); }, m.config,
+      weights,
+      [&](WeightKind k, int64_t l) {
+        std::string name = family.hf_name != nullptr ? family.hf_name(k, l) : "";
+        if (name.empty()) name = hf_name(k, l, mixtral);
+        return prefixed(std::move(name));
+      },
+      [&](WeightKind k, int64_t l, int64_t e) { return prefixed(hf_expert_name(k, l, e, mixtral)); }, m.config,
       dir.string(), m.weights);
+  if (family.hf_norm_plus_one) add_one_to_norms(m.weights);
   const std::filesystem::path tokenizer_path = dir / "tokenizer.json";
   if (std::filesystem::exists(tokenizer_path)) m.tokenizer = tokenizer_from_json(tokenizer_path);
   fill_source_info(*weights, dir, m);

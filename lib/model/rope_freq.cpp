@@ -43,8 +43,11 @@ std::vector<float> rope_inv_freq(const ModelConfig& config, std::span<const floa
             (old_len / wavelen - sc.low_freq_factor) / (sc.high_freq_factor - sc.low_freq_factor);
         inv = (1.0 - smooth) * inv / sc.factor + smooth * inv;
       }
+    } else if (sc.type == "linear") {  // HF: inv_freq / factor, in fp32
+      inv = static_cast<float>(inv) / static_cast<float>(sc.factor);
     } else if (sc.type != "default" && !sc.type.empty()) {
-      fail<UnsupportedError>("rope scaling type '{}' is not supported (default, llama3, longrope)", sc.type);
+      fail<UnsupportedError>("rope scaling type '{}' is not supported (default, linear, llama3, longrope)",
+                             sc.type);
     }
     inv_freq[static_cast<size_t>(i)] = static_cast<float>(inv);
   }

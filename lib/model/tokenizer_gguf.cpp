@@ -1,9 +1,11 @@
 // Tokenizer from GGUF metadata (docs/MODELS.md "Tokenizers"); behaviour follows llama.cpp, the
 // reference for GGUF vocabularies (src/llama-vocab.cpp: pre-tokeniser names and defaults).
+#include <algorithm>
 #include <cstdint>
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "model/chat_template.h"
 #include "model/tokenizer_spec.h"
 
 namespace ckv {
@@ -45,6 +47,23 @@ TokenRole role_of(int64_t type) {
   }
 }
 
+// llama.cpp's end-of-generation spellings (src/llama-vocab.cpp, as llama-cpp-python 0.3.36
+// loads a vocabulary): a token with one of these texts is a control token whatever type the
+// file gives it, so it is not cut out of text tokenised without special tokens (Gemma 3's
+// "</s>" is user-defined in its GGUF). When "<|tool_response>" is in the vocabulary too
+// (Gemma 4), "</s>" is left as it is.
+void mark_control_looking_tokens(const std::vector<std::string>& tokens, std::vector<TokenRole>& roles) {
+  static constexpr std::string_view kEog[] = {
+      "<|eot_id|>", "<|im_end|>",  "<|end|>", "<|return|>",      "<|call|>",          "<|flush|>", "<|calls|>",
+      "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+      "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>"};
+  const bool keep_s = std::find(tokens.begin(), tokens.end(), "<|tool_response>") != tokens.end();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (roles[i] == TokenRole::control || (keep_s && tokens[i] == "</s>")) continue;
+    if (std::find(std::begin(kEog), std::end(kEog), tokens[i]) != std::end(kEog)) roles[i] = TokenRole::control;
+  }
+}
+
 int32_t token_id(const GgufFile& gguf, std::string_view key, int32_t fallback) {
   auto v = gguf.get_int(key);
   if (!v) return fallback;
@@ -77,6 +96,7 @@ std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& gguf) {
                         types->size(), n);
     for (size_t i = 0; i < n; ++i) spec.roles[i] = role_of((*types)[i]);
   }
+  mark_control_looking_tokens(spec.tokens, spec.roles);
 
   if (*model == "gpt2") {
     PreSettings pre = pre_settings(gguf.get_string("tokenizer.ggml.pre"), spec.source);
@@ -120,6 +140,10 @@ std::unique_ptr<Tokenizer> tokenizer_from_gguf(const GgufFile& gguf) {
   if (auto add_bos = gguf.get_bool("tokenizer.ggml.add_bos_token")) spec.add_bos = *add_bos;
   if (spec.bos_id < 0) spec.add_bos = false;
   spec.chat_template = gguf.get_string("tokenizer.chat_template").value_or("");
+  // Gemma 3's GGUFs carry no template; their vocabulary's turn tokens say which it is.
+  if (spec.chat_template.empty() && gguf.get_string("general.architecture") == "gemma3" &&
+      std::find(spec.tokens.begin(), spec.tokens.end(), "<start_of_turn>") != spec.tokens.end())
+    spec.chat_template = kGemma3ChatTemplate;
   return make_tokenizer(std::move(spec));
 }
 

@@ -30,7 +30,9 @@ struct LayerWeights {
   Tensor q_norm;        // [d_head] or empty: RMSNorm of each q head before RoPE (qwen3)
   Tensor k_norm;        // [d_head] or empty
   WeightMatrix wo;      // [d_model, n_head*d_head]
+  Tensor post_attn_norm;  // [d_model] or empty: RMSNorm of the attention output (gemma3)
   Tensor ffn_norm;      // [d_model]
+  Tensor post_ffn_norm;   // [d_model] or empty: RMSNorm of the MLP output (gemma3)
   WeightMatrix w_gate;  // [d_ff, d_model]
   WeightMatrix w_up;    // [d_ff, d_model]
   WeightMatrix w_down;  // [d_model, d_ff]

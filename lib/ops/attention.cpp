@@ -1,6 +1,7 @@
 #include "ops/attention.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "ops/device_path.h"
@@ -25,8 +26,13 @@ void causal_attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const 
       if (key < 0 || key >= shape.seq)
         fail<InputError>("attention mask: key {} outside [0, {})", key, shape.seq);
   }
+  if (params.window < 0 || params.scale < 0 || !std::isfinite(params.scale))
+    fail<InputError>("attention: window {} and scale {} must not be negative", params.window, params.scale);
   if (ctx.device() == Device::CUDA && !params.prob_rows.empty())
     fail<UnsupportedError>("attention: recording probability rows is not implemented on {}", ctx.device_string());
+  if (ctx.device() == Device::CUDA && (params.window > 0 || params.scale > 0))
+    fail<UnsupportedError>("attention: a sliding window or a logit scale is not implemented on {}",
+                           ctx.device_string());
   std::vector<int64_t> prob_slot;
   if (!params.prob_rows.empty()) {
     const auto r = static_cast<int64_t>(params.prob_rows.size());
@@ -54,7 +60,8 @@ void causal_attention(ExecContext& ctx, const Tensor& q, const Tensor& k, const 
 }
 
 void cached_attention(ExecContext& ctx, const Tensor& q, std::span<const int64_t> q_positions,
-                      std::span<const KvHeadView> heads, Tensor& out, int64_t query_block) {
+                      std::span<const KvHeadView> heads, Tensor& out, int64_t query_block, int64_t window,
+                      float scale) {
   if (ctx.device() != Device::CPU)
     fail<UnsupportedError>("cached attention: the KV cache is in host memory; {} is not supported",
                            ctx.device_string());
@@ -64,12 +71,15 @@ void cached_attention(ExecContext& ctx, const Tensor& q, std::span<const int64_t
     fail<InputError>("cached attention: q {} does not fit {} KV heads and {} positions",
                      q.shape_string(), n_kv_head, q_positions.size());
   if (query_block <= 0) fail<InputError>("cached attention: query block {} must be positive", query_block);
+  if (window < 0 || scale < 0 || !std::isfinite(scale))
+    fail<InputError>("cached attention: window {} and scale {} must not be negative", window, scale);
   const int64_t n_head = q.dim(0), rows = q.dim(1), d_head = q.dim(2);
   for (int64_t i = 1; i < rows; ++i)
     if (q_positions[static_cast<size_t>(i)] <= q_positions[static_cast<size_t>(i - 1)])
       fail<InputError>("cached attention: query positions are not increasing");
   // Each row sees the prefix of its head's entries at positions <= its own.
-  std::vector<int64_t> visible(static_cast<size_t>(rows * n_kv_head));
+  std::vector<int64_t> visible(static_cast<size_t>(rows * n_kv_head)), first;
+  if (window > 0) first.resize(visible.size());  // and, with a window, from (p - window, p]
   for (int64_t g = 0; g < n_kv_head; ++g) {
     const KvHeadView& h = heads[static_cast<size_t>(g)];
     if (h.count < 0 || (h.count > 0 && (h.k == nullptr || h.v == nullptr || h.positions == nullptr)))
@@ -81,12 +91,16 @@ void cached_attention(ExecContext& ctx, const Tensor& q, std::span<const int64_t
         fail<InputError>("cached attention: KV head {} holds no entry at or before position {}", g,
                          q_positions[static_cast<size_t>(i)]);
       visible[static_cast<size_t>(i * n_kv_head + g)] = n;
+      if (window > 0)
+        first[static_cast<size_t>(i * n_kv_head + g)] =
+            std::lower_bound(pos.begin(), pos.end(), q_positions[static_cast<size_t>(i)] - window + 1) - pos.begin();
     }
   }
   if (out.rank() != 2 || out.dim(0) != rows || out.dim(1) != n_head * d_head)
     out = Tensor({rows, n_head * d_head});
-  detail::cached_attention_cpu(q.data(), n_head, rows, d_head, heads, visible, out.data(), query_block,
-                               ctx.pool());
+  detail::cached_attention_cpu(q.data(), n_head, rows, d_head, heads, visible, first,
+                               scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(d_head)), out.data(),
+                               query_block, ctx.pool());
 }
 
 }  // namespace ckv

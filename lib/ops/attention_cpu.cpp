@@ -201,14 +201,46 @@ struct Block {
   const float* k;        // [keys, d], read when kt is null
   const float* v;        // [keys, d]
   const int64_t* visible;  // [rows], nondecreasing: row i attends to keys [0, visible[i])
+  const int64_t* first;    // [rows], nondecreasing, or null: row i attends from key first[i]
+                           // on (a sliding window), the earlier logits set to -inf
   float scale;
   float* out;            // [rows, out_stride], d columns written
   int64_t out_stride;
 };
 
+// The first key a windowed block is run from: its first row's first key rounded down to a
+// whole logits tile. A multiple of kKeyTile (so of kLanes), so every key keeps its lane and
+// its place in every sum.
+int64_t key_base(int64_t first_key) { return first_key / kKeyTile * kKeyTile; }
+
+// A windowed block (Block::first set) over its keys from key_base on: the same block over
+// fewer keys, so the cost is O(rows * (window + rows)) however long the sequence. The logits
+// before a row's first key are -inf, their numerators exact zeros, and the results those of
+// the unshifted block bit for bit.
+Block shift_keys(const Block& b) {
+  if (b.first == nullptr) return b;
+  const int64_t base = key_base(b.first[0]);
+  thread_local std::vector<int64_t> bounds;  // [2 * rows]: visible, then first, from base
+  bounds.resize(static_cast<size_t>(2 * b.rows));
+  for (int64_t r = 0; r < b.rows; ++r) {
+    bounds[static_cast<size_t>(r)] = b.visible[r] - base;
+    bounds[static_cast<size_t>(b.rows + r)] = b.first[r] - base;
+  }
+  Block s = b;
+  s.kt = b.kt == nullptr ? nullptr : b.kt + base;
+  s.k = b.k == nullptr ? nullptr : b.k + base * b.d;
+  s.v = b.v + base * b.d;
+  s.visible = bounds.data();
+  s.first = bounds.data() + b.rows;
+  return s;
+}
+
 // Logits -> (edit, e.g. a mask) -> softmax numerators -> (each row with its sum) -> output.
+// A windowed block (Block::first) is run from its base key (shift_keys): edit_logits and
+// on_row then see key j at column j - base.
 template <typename EditLogits, typename OnRow>
-void attend_block(const Block& b, EditLogits&& edit_logits, OnRow&& on_row) {
+void attend_block(const Block& unshifted, EditLogits&& edit_logits, OnRow&& on_row) {
+  const Block b = shift_keys(unshifted);
   const int64_t width = round_up(b.visible[b.rows - 1], kKeyTile);
   thread_local RowMatrix scratch;  // [rows, width] logits, then numerators
   thread_local std::vector<float> sums;
@@ -230,6 +262,8 @@ void attend_block(const Block& b, EditLogits&& edit_logits, OnRow&& on_row) {
     for (; i < b.rows; ++i)
       if (j0 < b.visible[i]) score_tile<1>(b.q + i * b.d, b.d, b.kt, b.kt_stride, j0, b.scale, s + i * stride, stride);
   }
+  if (b.first != nullptr)  // keys before a row's window
+    for (int64_t r = 0; r < b.rows; ++r) std::fill(s + r * stride, s + r * stride + b.first[r], kNegInf);
   edit_logits(s, stride);
   const int64_t zero_to = round_up(b.visible[b.rows - 1], kLanes);
   for (int64_t r = 0; r < b.rows; ++r) {
@@ -274,15 +308,16 @@ const float* transpose_heads(int64_t n_kv_head, int64_t d, int64_t stride, Threa
   return kt;
 }
 
-// Adds the mask spans of KV head `kv_head` to logits s [rows, stride] of query rows [r0, r1).
-void add_mask(float* s, int64_t stride, int64_t kv_head, int64_t r0, int64_t r1,
+// Adds the mask spans of KV head `kv_head` to logits s [rows, stride] of query rows [r0, r1),
+// whose column 0 is key `base` (earlier keys are outside every row's window).
+void add_mask(float* s, int64_t stride, int64_t kv_head, int64_t r0, int64_t r1, int64_t base,
               std::span<const AttentionMaskSpan> mask) {
   for (const AttentionMaskSpan& span : mask) {
     if (span.kv_head != kv_head) continue;
     const int64_t begin = std::max(span.q_begin, r0), end = std::min(span.q_end, r1);
     for (int64_t row = begin; row < end; ++row)
-      for (int64_t key : span.keys)
-        if (key <= row) s[(row - r0) * stride + key] += span.value;  // later keys are causal -inf
+      for (int64_t key : span.keys)  // later keys are causal -inf
+        if (key <= row && key >= base) s[(row - r0) * stride + key - base] += span.value;
   }
 }
 
@@ -303,6 +338,12 @@ void causal_attention_cpu(const float* q, const float* k, const float* v, float*
   });
   std::vector<int64_t> positions(static_cast<size_t>(seq));  // row i sees keys [0, i]
   for (int64_t i = 0; i < seq; ++i) positions[static_cast<size_t>(i)] = i + 1;
+  std::vector<int64_t> first;  // with a window, row i sees keys [i - window + 1, i]
+  if (params.window > 0) {
+    first.resize(static_cast<size_t>(seq));
+    for (int64_t i = 0; i < seq; ++i) first[static_cast<size_t>(i)] = std::max<int64_t>(0, i - params.window + 1);
+  }
+  const float scale = params.scale > 0 ? params.scale : 1.0f / std::sqrt(static_cast<float>(d));
 
   // Later blocks see more keys and cost more, so they are handed out first.
   pool.parallel_for(n_head * n_blocks, [&](int64_t task) {
@@ -316,19 +357,22 @@ void causal_attention_cpu(const float* q, const float* k, const float* v, float*
                     .k = nullptr,
                     .v = v + g * seq * d,
                     .visible = positions.data() + r0,
-                    .scale = 1.0f / std::sqrt(static_cast<float>(d)),
+                    .first = first.empty() ? nullptr : first.data() + r0,
+                    .scale = scale,
                     .out = out + r0 * n_head * d + h * d,
                     .out_stride = n_head * d};
+    const int64_t base = first.empty() ? 0 : key_base(first[static_cast<size_t>(r0)]);  // column 0's key
     attend_block(
         blk,
         [&](float* s, int64_t stride) {
-          if (!params.mask.empty()) add_mask(s, stride, g, r0, r1, params.mask);
+          if (!params.mask.empty()) add_mask(s, stride, g, r0, r1, base, params.mask);
         },
         [&](int64_t r, const float* numerators, float sum) {
           const int64_t pos = r0 + r;
           if (r_probs == 0 || prob_slot[static_cast<size_t>(pos)] < 0) return;
           float* dst = params.probs->data() + (h * r_probs + prob_slot[static_cast<size_t>(pos)]) * seq;
-          for (int64_t j = 0; j < seq; ++j) dst[j] = j <= pos && sum != 0.0f ? numerators[j] / sum : 0.0f;
+          for (int64_t j = 0; j < seq; ++j)
+            dst[j] = j <= pos && j >= base && sum != 0.0f ? numerators[j - base] / sum : 0.0f;
         });
   });
 }
@@ -337,7 +381,8 @@ void causal_attention_cpu(const float* q, const float* k, const float* v, float*
 // of its KV head's cached entries that it sees. Decoding (one row) is one task per head.
 void cached_attention_cpu(const float* q, int64_t n_head, int64_t rows, int64_t d,
                           std::span<const KvHeadView> heads, std::span<const int64_t> visible,
-                          float* out, int64_t query_block, ThreadPool& pool) {
+                          std::span<const int64_t> first, float scale, float* out, int64_t query_block,
+                          ThreadPool& pool) {
   const auto n_kv_head = static_cast<int64_t>(heads.size());
   const int64_t group = n_head / n_kv_head;
   const int64_t n_blocks = (rows + query_block - 1) / query_block;
@@ -350,10 +395,13 @@ void cached_attention_cpu(const float* q, int64_t n_head, int64_t rows, int64_t 
     return std::pair{heads[static_cast<size_t>(g)].k, heads[static_cast<size_t>(g)].count};
   });
   // visible is [rows, n_kv_head]; each KV head's column, contiguous.
-  std::vector<int64_t> seen(static_cast<size_t>(n_kv_head * rows));
+  std::vector<int64_t> seen(static_cast<size_t>(n_kv_head * rows)), from;
+  if (!first.empty()) from.resize(seen.size());
   for (int64_t i = 0; i < rows; ++i)
-    for (int64_t g = 0; g < n_kv_head; ++g)
+    for (int64_t g = 0; g < n_kv_head; ++g) {
       seen[static_cast<size_t>(g * rows + i)] = visible[static_cast<size_t>(i * n_kv_head + g)];
+      if (!first.empty()) from[static_cast<size_t>(g * rows + i)] = first[static_cast<size_t>(i * n_kv_head + g)];
+    }
 
   pool.parallel_for(n_head * n_blocks, [&](int64_t task) {
     const int64_t b = n_blocks - 1 - task / n_head, h = task % n_head, g = h / group;
@@ -366,7 +414,8 @@ void cached_attention_cpu(const float* q, int64_t n_head, int64_t rows, int64_t 
                     .k = heads[static_cast<size_t>(g)].k,
                     .v = heads[static_cast<size_t>(g)].v,
                     .visible = seen.data() + g * rows + r0,
-                    .scale = 1.0f / std::sqrt(static_cast<float>(d)),
+                    .first = from.empty() ? nullptr : from.data() + g * rows + r0,
+                    .scale = scale,
                     .out = out + r0 * n_head * d + h * d,
                     .out_stride = n_head * d};
     attend_block(blk, [](float*, int64_t) {}, [](int64_t, const float*, float) {});

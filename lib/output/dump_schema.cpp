@@ -53,6 +53,13 @@ void write_model_attrs(h5::Group g, const Model& model, const std::string& sha25
                                    {"freq_factors_tensor", !model.weights.rope_freq_factors.empty()}});
   g.set_attr_bool("attention_bias", c.attention_bias);
   g.set_attr_bool("tied_embeddings", c.tied_embeddings);
+  // Layers whose attention is a sliding window (their keys before p - window never count):
+  // a reader must not average them with the full layers unknowingly (issue 27).
+  g.set_attr_int("sliding_window", c.sliding_window);
+  nlohmann::json sliding = nlohmann::json::array();
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    if (c.window_of(l) > 0) sliding.push_back(l);
+  g.set_attr_json("sliding_layers", sliding);
   g.set_attr_json("weight_dtypes", model.source.dtype_counts);
 }
 

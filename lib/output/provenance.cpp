@@ -7,9 +7,13 @@
 #include <cstdlib>
 #include <ctime>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "ckv/version.h"
 #include "core/error.h"
 #include "io/h5.h"
+#include "model/config.h"
 
 namespace ckv {
 
@@ -142,6 +146,20 @@ void Provenance::write_attrs(h5::Object& object) const {
   object.set_attr_int("threads", threads);
   object.set_attr_string("device", device);
   for (const auto& [k, v] : extra) write_value(object, k, v);
+}
+
+std::string set_sliding_layers(Provenance& prov, const ModelConfig& config) {
+  std::vector<int64_t> layers;
+  for (int64_t l = 0; l < config.n_layer; ++l)
+    if (config.window_of(l) > 0) layers.push_back(l);
+  if (layers.empty()) return "";
+  prov.set("sliding_window", config.sliding_window);
+  prov.set("sliding_layers", layers);
+  return fmt::format(
+      "{} of {} layers attend within a sliding window of {} keys (attribute sliding_layers: {}); methods select "
+      "there as on full layers, and ckv bound/check's attention on them is full causal attention, not the "
+      "window's: leave them out of per-layer summaries (docs/MODELS.md \"Sliding-window attention\")",
+      layers.size(), config.n_layer, config.sliding_window, fmt::join(layers, " "));
 }
 
 }  // namespace ckv

@@ -41,6 +41,14 @@ struct Provenance {
   void write_attrs(h5::Object& object) const;
 };
 
+struct ModelConfig;
+
+// A model with sliding-window layers (docs/MODELS.md "Sliding-window attention"): sets the
+// extra keys `sliding_window` and `sliding_layers` (the layer indices) so that every output
+// names the layers whose queries see only the last `sliding_window` keys, and returns the
+// one-line console note a subcommand prints about them; "" (and no keys) without such layers.
+std::string set_sliding_layers(Provenance& prov, const ModelConfig& config);
+
 // One argument quoted for a POSIX shell when it needs it (as Python's shlex.quote).
 std::string shell_quote(std::string_view arg);
 std::string join_command_line(int argc, const char* const* argv);

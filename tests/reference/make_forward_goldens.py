@@ -25,7 +25,9 @@ import numpy as np
 import torch
 import transformers
 from transformers import AutoModelForCausalLM
+from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.llama import modeling_llama
+from transformers.models.mistral import modeling_mistral
 from transformers.models.mixtral import modeling_mixtral
 from transformers.models.phi3 import modeling_phi3
 from transformers.models.qwen2 import modeling_qwen2
@@ -34,8 +36,8 @@ from transformers.models.qwen3_moe import modeling_qwen3_moe
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_tiny_models import (MODELS, MOE_GGUF, QUANT_SPEC, ROOT, SPECS, d_head, gguf_name,  # noqa: E402
-                              moe_from_gguf)
+from make_tiny_models import (MODELS, MOE_GGUF, QUANT_SPEC, ROOT, SPECS, WINDOW_SPECS, d_head,  # noqa: E402
+                              gemma3_gguf_name, gguf_name, moe_from_gguf)
 
 GOLDEN = ROOT / "tests" / "data" / "golden"
 DEFAULT_GGUF = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -62,7 +64,7 @@ class Capture:
             self.handles.append(layer.register_forward_hook(self._resid_hook(l)))
         self.originals = {m: m.eager_attention_forward
                           for m in (modeling_llama, modeling_qwen2, modeling_qwen3, modeling_phi3,
-                                    modeling_qwen3_moe, modeling_mixtral)}
+                                    modeling_mistral, modeling_gemma3, modeling_qwen3_moe, modeling_mixtral)}
         for mod, orig in self.originals.items():
             mod.eager_attention_forward = self._wrap(orig)
 
@@ -70,8 +72,9 @@ class Capture:
         return self.layers.setdefault(l, {})
 
     def _wrap(self, orig):
-        def eager(module, query, key, value, attention_mask, scaling, dropout=0.0, **kw):
-            out, weights = orig(module, query, key, value, attention_mask, scaling, dropout, **kw)
+        def eager(module, query, key, value, attention_mask, *args, **kw):
+            # (gemma3's takes dropout before scaling: the arguments pass through as given)
+            out, weights = orig(module, query, key, value, attention_mask, *args, **kw)
             r = self.rec(module.layer_idx)
             r["q"] = query[0].detach().clone()   # [n_head, seq, d_head]
             r["k"] = key[0].detach().clone()     # [n_kv_head, seq, d_head]
@@ -129,12 +132,15 @@ def load_gguf_weights(path, gguf_path, dtype=torch.float32):
     from gguf import GGUFReader
     from gguf.quants import dequantize
     m = load(path, dtype=dtype)
-    by_gguf = {gguf_name(k): k for k in m.state_dict()}
+    gemma = m.config.model_type == "gemma3_text"
+    by_gguf = {(gemma3_gguf_name if gemma else gguf_name)(k): k for k in m.state_dict()}
     state = {}
     for t in GGUFReader(str(gguf_path)).tensors:
         if t.name.startswith("rope_factors"):
             continue
         arr = dequantize(t.data, t.tensor_type).reshape([int(x) for x in reversed(t.shape)])
+        if gemma and t.name.endswith("norm.weight"):  # GGUF stores Gemma's 1 + w
+            arr = arr - np.float32(1.0)
         state[by_gguf[t.name]] = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32)).to(dtype)
     missing = set(m.state_dict()) - set(state)
     if m.config.tie_word_embeddings:
@@ -329,6 +335,7 @@ def tiny_goldens(only):
         if (s["arch"] in ("qwen3", "phi3") and name != "tiny_phi3_full_rotary") or name in MOE_GGUF:
             runs.append((name + "_gguf", MODELS / name, MODELS / f"{name}.gguf",
                          f"models/{name}.gguf", s, [7, 21, 66]))
+    runs += window_runs()
     for name, path, gfile, attr, spec, lengths in runs:
         if only and name not in only:
             continue
@@ -352,8 +359,21 @@ def tiny_goldens(only):
         extra = {}
         if name == "tiny_llama3_rope":  # the GGUF copy must give the same numbers
             extra["model_alt"] = "models/tiny_llama3_rope.gguf"
+        if name == "tiny_gemma3":  # and the multimodal repackaging of the same weights
+            extra["model_alt"] = "models/tiny_gemma3_mm"
         write_golden(GOLDEN / f"{name}.h5", m, attr, prompts, attn_rows=long_rows,
                      logits_rows=long_rows, extra_attrs=extra)
+
+
+def window_runs():
+    """The sliding-window and Gemma 3 models (issue 27): windows of 8-12 keys, shorter than
+    the 21- and 66-token prompts."""
+    runs = [(name, MODELS / name, None, f"models/{name}", s, [7, 21, 66])
+            for name, s in WINDOW_SPECS.items()]
+    s = WINDOW_SPECS["tiny_gemma3_6l"]
+    runs.append(("tiny_gemma3_6l_gguf", MODELS / "tiny_gemma3_6l", MODELS / "tiny_gemma3_6l.gguf",
+                 "models/tiny_gemma3_6l.gguf", s, [7, 21, 66]))
+    return runs
 
 
 def default_tokens(text):

@@ -14,6 +14,16 @@ HF directories (config.json + safetensors):
                      partial_rotary_factor 0.75 (12 of 16 dims), sliding_window 128, f16
   tiny_phi3_full_rotary/  phi3 with LongRoPE over all 16 dims, tied, f32 (the kvpress
                      golden's phi3: kvpress rotates over every dim)
+  tiny_mistral_swa/  mistral (the llama graph), GQA 4/2, sliding_window 8 on every layer, f32
+  tiny_qwen2_swa/   qwen2 with use_sliding_window, sliding_window 12 from layer
+                     max_window_layers 1 on (layer 0 full), q/k/v biases, bf16
+  tiny_gemma3/      gemma3_text, 3 layers (sliding, sliding, full: layer_types), window 10,
+                     q/k norms, query_pre_attn_scalar 24 (!= head_dim 32), local rope base 100,
+                     global 10000 with linear rope scaling 2, final logit soft-cap 10, tied, bf16
+  tiny_gemma3_mm/   tiny_gemma3's weights as a Gemma3ForConditionalGeneration checkpoint
+                     (text_config, model.language_model. names, a vision tensor)
+  tiny_gemma3_6l/   gemma3_text, 6 layers (5 sliding, then a full one: the GGUF pattern),
+                     window 8, query_pre_attn_scalar = head_dim 16, f32; also as GGUF
   tiny_qwen3moe/     qwen3_moe, 8 experts of width 32, 3 per token, norm_topk_prob, q/k norms,
                      head_dim 32, tied, bf16 (per-expert tensors, as hub checkpoints store them)
   tiny_qwen3moe_sparse/  qwen3_moe, 4 layers with decoder_sparse_step 2 and mlp_only_layers [3]
@@ -27,6 +37,8 @@ GGUF files:
                          (mixtral: q/k permuted) names, experts stacked per projection
                          (ffn_{gate,up,down}_exps) and the router as ffn_gate_inp, F32/F16/Q8_0
   tiny_llama_quant.gguf  llama d_model 256, every supported ggml type on some tensor
+  tiny_gemma3_6l.gguf    tiny_gemma3_6l/ under llama.cpp's gemma3 names and metadata (norm
+                         weights stored as 1 + w, as convert_hf_to_gguf's Gemma3Model)
   tiny_llama3_rope.gguf  the exact weights of tiny_llama3_rope/ with llama3 rope
                          as `rope_freqs.weight` (transformers ignores that tensor,
                          so its reference is the golden of the safetensors model)
@@ -37,6 +49,7 @@ attention peaked enough to test softmax. The HF configs use the hub style
 """
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +98,25 @@ SPECS.update({
                                   partial_rotary=1.0, original_context=32, sliding_window=None,
                                   seed=18),
 })
+# Sliding-window attention (issue 27): windows shorter than the 21- and 66-token prompts.
+WINDOW_SPECS = {
+    "tiny_mistral_swa": dict(arch="mistral", vocab=256, d_model=64, n_layer=2, n_head=4, n_kv_head=2,
+                             d_ff=128, theta=10000.0, eps=1e-5, tied=False, dtype="float32",
+                             sliding_window=8, seed=21),
+    "tiny_qwen2_swa": dict(arch="qwen2", vocab=320, d_model=64, n_layer=2, n_head=4, n_kv_head=2,
+                           d_ff=128, theta=1000.0, eps=1e-6, tied=True, dtype="bfloat16",
+                           sliding_window=12, max_window_layers=1, seed=22),
+    "tiny_gemma3": dict(arch="gemma3", vocab=320, d_model=64, n_layer=3, n_head=4, n_kv_head=2,
+                        head_dim=32, d_ff=128, theta=10000.0, local_theta=100.0, eps=1e-6, tied=True,
+                        dtype="bfloat16", sliding_window=10, query_pre_attn_scalar=24,
+                        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+                        rope_scaling={"rope_type": "linear", "factor": 2.0}, softcap=10.0, seed=23),
+    "tiny_gemma3_6l": dict(arch="gemma3", vocab=288, d_model=32, n_layer=6, n_head=2, n_kv_head=1,
+                           head_dim=16, d_ff=64, theta=10000.0, local_theta=10000.0, eps=1e-6,
+                           tied=True, dtype="float32", sliding_window=8, query_pre_attn_scalar=16,
+                           layer_types=["sliding_attention"] * 5 + ["full_attention"],
+                           rope_scaling=None, softcap=None, seed=24),
+}
 # Mixtures of experts (moe: n_expert, top_k, d_ff_expert, norm_topk, and for qwen3_moe the
 # dense layers' decoder_sparse_step / mlp_only_layers); the router gain spreads its logits
 # so that no token's top-k sits on a near tie (make_forward_goldens.py checks the margin).
@@ -150,7 +182,7 @@ def hf_shapes(s):
             out[p + "self_attn.q_proj.weight"] = ((q_out, d), "qk")
             out[p + "self_attn.k_proj.weight"] = ((kv_out, d), "qk")
             out[p + "self_attn.v_proj.weight"] = ((kv_out, d), "lin")
-        if s["arch"] in ("qwen3", "qwen3_moe"):
+        if s["arch"] in ("qwen3", "qwen3_moe", "gemma3"):
             out[p + "self_attn.q_norm.weight"] = ((dh,), "qknorm")
             out[p + "self_attn.k_norm.weight"] = ((dh,), "qknorm")
         if s["arch"] == "qwen2":
@@ -159,6 +191,9 @@ def hf_shapes(s):
             out[p + "self_attn.v_proj.bias"] = ((kv_out,), "bias")
         out[p + "self_attn.o_proj.weight"] = ((d, q_out), "lin")
         out[p + "post_attention_layernorm.weight"] = ((d,), "norm")
+        if s["arch"] == "gemma3":  # Gemma's four norms per layer
+            out[p + "pre_feedforward_layernorm.weight"] = ((d,), "norm")
+            out[p + "post_feedforward_layernorm.weight"] = ((d,), "norm")
         if moe_layer(s, l):
             out.update(moe_shapes(s, l))
             continue
@@ -200,10 +235,12 @@ def random_weights(s):
     rng = np.random.default_rng(s["seed"])
     w = {}
     for name, (shape, kind) in hf_shapes(s).items():
+        # Gemma's norms multiply by 1 + w: the same gains, stored less one.
+        shift = 1.0 if s["arch"] == "gemma3" else 0.0
         if kind == "norm":
-            a = 1.0 + 0.2 * rng.standard_normal(shape)
+            a = 1.0 - shift + 0.2 * rng.standard_normal(shape)
         elif kind == "qknorm":  # q/k of unit RMS times ~1.6: logits spread over a few units
-            a = 1.6 + 0.3 * rng.standard_normal(shape)
+            a = 1.6 - shift + 0.3 * rng.standard_normal(shape)
         elif kind == "bias":
             a = 0.5 * rng.standard_normal(shape)
         elif kind == "embed":
@@ -221,11 +258,40 @@ def random_weights(s):
 
 HF_CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
               "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM",
+              "mistral": "MistralForCausalLM", "gemma3": "Gemma3ForCausalLM",
               "qwen3_moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM"}
+
+
+def window_config(s):
+    """config.json of a WINDOW_SPECS model, in the hub style of its family."""
+    arch = s["arch"]
+    c = {"architectures": [HF_CLASSES[arch]],
+         "model_type": "gemma3_text" if arch == "gemma3" else arch, "vocab_size": s["vocab"],
+         "hidden_size": s["d_model"], "intermediate_size": s["d_ff"],
+         "num_hidden_layers": s["n_layer"], "num_attention_heads": s["n_head"],
+         "num_key_value_heads": s["n_kv_head"], "max_position_embeddings": 256,
+         "rms_norm_eps": s["eps"], "tie_word_embeddings": s["tied"], "bos_token_id": 1,
+         "eos_token_id": 2, "attention_dropout": 0.0, "rope_theta": s["theta"],
+         "sliding_window": s["sliding_window"], "torch_dtype": s["dtype"]}
+    if "head_dim" in s:
+        c["head_dim"] = s["head_dim"]
+    if arch == "mistral":
+        c.update(hidden_act="silu")
+    elif arch == "qwen2":
+        c.update(hidden_act="silu", use_sliding_window=True,
+                 max_window_layers=s["max_window_layers"])
+    else:  # gemma3
+        c.update(hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=s["query_pre_attn_scalar"],
+                 rope_local_base_freq=s["local_theta"], rope_scaling=s["rope_scaling"],
+                 layer_types=s["layer_types"], final_logit_softcapping=s["softcap"],
+                 attn_logit_softcapping=None, attention_bias=False, pad_token_id=0)
+    return c
 
 
 def hf_config(s):
     arch = s["arch"]
+    if arch in ("mistral", "gemma3") or "max_window_layers" in s:
+        return window_config(s)
     c = {"architectures": [HF_CLASSES[arch]],
          "model_type": arch, "vocab_size": s["vocab"], "hidden_size": s["d_model"],
          "intermediate_size": s["d_ff"], "num_hidden_layers": s["n_layer"],
@@ -336,6 +402,77 @@ def gguf_name(hf):
            "self_attn.qkv_proj.weight": "attn_qkv.weight",
            "mlp.gate_up_proj.weight": "ffn_up.weight"}  # llama.cpp's name for phi3's fused one
     return f"blk.{l}.{sub[rest]}"
+
+
+GEMMA3_GGUF_NAMES = {"post_attention_layernorm.weight": "post_attention_norm.weight",
+                     "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+                     "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}
+
+
+def gemma3_gguf_name(hf):
+    """llama.cpp's gemma3 names (its post_attention_layernorm is not llama's ffn_norm)."""
+    parts = hf.split(".")
+    if len(parts) > 3 and ".".join(parts[3:]) in GEMMA3_GGUF_NAMES:
+        return f"blk.{parts[2]}.{GEMMA3_GGUF_NAMES['.'.join(parts[3:])]}"
+    return gguf_name(hf)
+
+
+def gemma3_gguf(name, s, w):
+    """tiny_gemma3_6l.gguf: convert_hf_to_gguf's Gemma3Model layout (no q/k permutation, norm
+    weights + 1, sliding_window key; llama.cpp fixes the pattern at 6 and the local base at
+    10000), matrices typed by FAMILY_GGUF_TYPES."""
+    path = MODELS / f"{name}.gguf"
+    writer = gguf.GGUFWriter(str(path), "gemma3")
+    gguf_header(writer, s, path.stem)
+    writer.add_key_length(d_head(s))
+    writer.add_value_length(d_head(s))
+    writer.add_sliding_window(s["sliding_window"])
+    for hname, arr in w.items():
+        gname = gemma3_gguf_name(hname)
+        if hname.endswith("norm.weight"):
+            writer.add_tensor(gname, (arr + 1.0).astype(np.float32))
+            continue
+        qtype = FAMILY_GGUF_TYPES.get(gname.rsplit(".", 1)[0], T.F32)
+        data = encode(arr, qtype)
+        if qtype in (T.F32, T.F16):
+            writer.add_tensor(gname, data)
+        else:
+            writer.add_tensor(gname, data, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def gemma3_multimodal(name, s, w):
+    """tiny_gemma3_mm/: tiny_gemma3's exact weights in the layout transformers >= 4.52 saves a
+    Gemma3ForConditionalGeneration (model_type gemma3, the text model's config as text_config,
+    language-model tensors under model.language_model.), plus one vision-tower tensor that ckv
+    must not read. (Not loadable by transformers: its vision config is a stub.)"""
+    out = MODELS / "tiny_gemma3_mm"
+    out.mkdir(parents=True, exist_ok=True)
+    text = window_config(s)
+    for key in ("architectures", "torch_dtype", "bos_token_id", "eos_token_id", "pad_token_id",
+                "attention_dropout"):
+        text.pop(key, None)
+    cfg = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+           "text_config": text, "vision_config": {"model_type": "siglip_vision_model"},
+           "torch_dtype": s["dtype"]}
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    tensors = {("model.language_model." + k[len("model."):]): torch.from_numpy(v).to(TORCH_DTYPES[s["dtype"]])
+               for k, v in w.items()}
+    tensors["model.vision_tower.vision_model.post_layernorm.weight"] = torch.ones(8, dtype=TORCH_DTYPES[s["dtype"]])
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+
+
+def window_models():
+    for name, s in WINDOW_SPECS.items():
+        w = random_weights(s)
+        write_hf(name, s, w)
+        if name == "tiny_gemma3_6l":
+            gemma3_gguf(name, s, w)
+        if name == "tiny_gemma3":
+            gemma3_multimodal(name, s, w)
 
 
 def random_kquant(rng, qtype, rows, cols, std):
@@ -606,6 +743,9 @@ def rope_gguf(w):
 
 def main():
     MODELS.mkdir(parents=True, exist_ok=True)
+    if sys.argv[1:] == ["--window-only"]:  # the sliding-window and Gemma 3 models alone
+        window_models()
+        return
     for name, s in SPECS.items():
         w = random_weights(s)
         write_hf(name, s, w)
@@ -616,6 +756,7 @@ def main():
         if name in MOE_GGUF:
             moe_gguf(name, s, w)
     quant_model()
+    window_models()
     for p in sorted(MODELS.rglob("*")):
         if p.is_file():
             print(f"{p.relative_to(ROOT)}  {p.stat().st_size} bytes")
