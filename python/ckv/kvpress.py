@@ -71,9 +71,8 @@ def _kept_of_compressed(keys, compressed) -> np.ndarray:
     mask = np.zeros((keys.shape[1], keys.shape[2]), bool)
     for g in range(keys.shape[1]):
         k, kc = keys[0, g].float(), compressed[0, g].float()
-        d = torch.cdist(kc, k)  # [b, n]
-        best = d.argmin(dim=1)
-        if not bool((d.gather(1, best[:, None]) == 0).all()):
+        best = torch.cdist(kc, k).argmin(dim=1)  # [b] the nearest input key of each kept key
+        if not torch.equal(k[best], kc):  # exactly the same row: a gathered key
             raise ValueError("the press changed the kept keys (a merging press?): its kept sets are not positions")
         mask[g, best.cpu().numpy()] = True
         if int(mask[g].sum()) != kc.shape[0]:
