@@ -83,4 +83,4 @@ if [ -z "${SKIP_RUN:-}" ]; then
   done
 fi
 [ -n "$SHARD" ] && { log "shard $SHARD/$SHARDS done; run MERGE=$SHARDS $0 once every shard is"; exit 0; }
-cd "$ROOT" && python3 -m analysis.ruler "$OUT"
+cd "$ROOT" && /usr/bin/python3 -m analysis.ruler "$OUT"   # Debian's matplotlib (scripts/setup.sh)
