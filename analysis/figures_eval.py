@@ -159,11 +159,15 @@ def perturbation_along_answer(f: EvalFile, out_dir) -> Figure:
     if not curves:
         raise ValueError(f"{f.path}: no run has --track-steps data (run ckv eval --track-steps N)")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.9))
-    for (m, b), c in sorted(curves.items(), key=lambda kv: (kv[0][1], f.methods.index(kv[0][0])
-                                                            if kv[0][0] in f.methods else 0)):
+    # One colour per method, one line style per budget.
+    methods = [m for m in f.methods if any(k[0] == m for k in curves)]
+    budgets = sorted({b for _, b in curves})
+    styles = ["-", "--", ":", "-."]
+    for (m, b), c in sorted(curves.items(), key=lambda kv: (kv[0][1], methods.index(kv[0][0]))):
         label = f"{m} {100 * b:g}%"
-        line, = ax1.plot(c["steps"], c["l1"], marker=".", label=label)
-        ax2.plot(c["steps"], c["kl"], marker=".", color=line.get_color(), label=label)
+        style = dict(color=f"C{methods.index(m) % 10}", linestyle=styles[budgets.index(b) % len(styles)], marker=".")
+        ax1.plot(c["steps"], c["l1"], label=label, **style)
+        ax2.plot(c["steps"], c["kl"], label=label, **style)
     ax1.set_xlabel("answer step (teacher-forced with the full cache's tokens)")
     ax1.set_ylabel("mean L1 of Δo (layers × heads)")
     ax2.set_xlabel("answer step")
