@@ -1,10 +1,8 @@
-// `ckv info FILE.h5` for every ckv output: dumps (provenance, model, what was recorded,
-// records and their shapes, and the stored size per tensor kind), and the outputs of
-// bound, check and mask, single runs, shards or merges (provenance, settings, records,
-// the shapes of one record, size per dataset kind). The file is checked whole first
-// (validate_output). cmd_info.cpp calls info_dump() when the path ends in .h5.
+#include "output/output_info.h"
+
 #include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <map>
 
 #include <fmt/format.h>
@@ -16,11 +14,10 @@
 #include "io/h5.h"
 #include "output/validate.h"
 
-namespace ckv::app {
-
-void info_dump(const std::string& path, bool json);
-
+namespace ckv {
 namespace {
+
+using Out = std::back_insert_iterator<std::string>;  // the description, as it is written
 
 struct KindSize {
   int64_t datasets = 0;
@@ -64,20 +61,21 @@ void add_sizes(const h5::Group& g, const std::string& kind_prefix, std::map<std:
   }
 }
 
-// The sizes into j["size_per_kind"]; with --json, prints `j` and returns true.
-bool put_sizes_and_print_json(nlohmann::ordered_json& j, const std::map<std::string, KindSize>& sizes, bool json) {
+// The sizes into j["size_per_kind"]; with `json`, writes `j` and returns true.
+bool put_sizes_and_write_json(Out out, nlohmann::ordered_json& j, const std::map<std::string, KindSize>& sizes,
+                              bool json) {
   nlohmann::ordered_json kinds;
   for (const auto& [kind, s] : sizes)
     kinds[kind] = {{"datasets", s.datasets}, {"bytes", s.bytes}, {"raw_bytes", s.raw_bytes}};
   j["size_per_kind"] = kinds;
-  if (json) fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));  // text from the file may be invalid UTF-8
+  if (json) fmt::format_to(out, "{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));  // text from the file may be invalid UTF-8
   return json;
 }
 
-void print_sizes(std::string_view what, const std::map<std::string, KindSize>& sizes) {
-  fmt::print("size per {} kind:\n", what);
+void write_sizes(Out out, std::string_view what, const std::map<std::string, KindSize>& sizes) {
+  fmt::format_to(out, "size per {} kind:\n", what);
   for (const auto& [kind, s] : sizes)
-    fmt::print("  {:<22} {:>6} datasets  {:>10}  (raw {})\n", kind, s.datasets, human(s.bytes), human(s.raw_bytes));
+    fmt::format_to(out, "  {:<22} {:>6} datasets  {:>10}  (raw {})\n", kind, s.datasets, human(s.bytes), human(s.raw_bytes));
 }
 
 std::string shape_text(const h5::Dataset& ds) {
@@ -97,7 +95,7 @@ void record_shapes(const h5::Group& g, const std::string& prefix, nlohmann::orde
 }
 
 // bound, check and mask outputs (shards and merges too).
-void info_output(const std::string& path, const h5::File& f, const OutputSummary& summary, bool json) {
+void describe_output(Out out, const std::string& path, const h5::File& f, const OutputSummary& summary, bool json) {
   nlohmann::ordered_json j;
   j["file"] = path;
   j["size_bytes"] = std::filesystem::file_size(path);
@@ -131,66 +129,62 @@ void info_output(const std::string& path, const h5::File& f, const OutputSummary
   }
   j["records"] = {{"count", summary.records}, {"complete", summary.complete}, {"incomplete", incomplete}};
   j["shapes"] = shapes;
-  if (put_sizes_and_print_json(j, sizes, json)) return;
+  if (put_sizes_and_write_json(out, j, sizes, json)) return;
   const std::string what = summary.schema == "ckv.mask" ? "mask" : summary.kind;
-  fmt::print("{:<13} {} ({}, schema {} version {})\n", what, path, human(j["size_bytes"].get<int64_t>()),
+  fmt::format_to(out, "{:<13} {} ({}, schema {} version {})\n", what, path, human(j["size_bytes"].get<int64_t>()),
              summary.schema, j["schema_version"].get<int64_t>());
   for (const auto& [key, value] : prov.items())
-    fmt::print("{:<13} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    fmt::format_to(out, "{:<13} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   for (const char* key : {"methods", "alphas"})
-    if (j.contains(key)) fmt::print("{:<13} {}\n", key, fmt::join(j[key].get<std::vector<std::string>>(), ", "));
-  fmt::print("{:<13} {}\n", "settings", j["settings"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  if (j.contains("resumed")) fmt::print("{:<13} {} time(s)\n", "resumed", j["resumed"].size());
-  if (j.contains("merged_from")) fmt::print("{:<13} {} shard file(s)\n", "merged from", j["merged_from"].size());
-  fmt::print("records       {} ({} complete{})\n", summary.records, summary.complete,
+    if (j.contains(key)) fmt::format_to(out, "{:<13} {}\n", key, fmt::join(j[key].get<std::vector<std::string>>(), ", "));
+  fmt::format_to(out, "{:<13} {}\n", "settings", j["settings"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  if (j.contains("resumed")) fmt::format_to(out, "{:<13} {} time(s)\n", "resumed", j["resumed"].size());
+  if (j.contains("merged_from")) fmt::format_to(out, "{:<13} {} shard file(s)\n", "merged from", j["merged_from"].size());
+  fmt::format_to(out, "records       {} ({} complete{})\n", summary.records, summary.complete,
              incomplete.empty() ? "" : fmt::format(", incomplete: {}", fmt::join(incomplete, " ")));
   if (!shapes.empty()) {
-    fmt::print("shapes (record \"{}\"):\n", shapes["example_record"].get<std::string>());
+    fmt::format_to(out, "shapes (record \"{}\"):\n", shapes["example_record"].get<std::string>());
     for (const auto& [name, text] : shapes.items())
-      if (name != "example_record") fmt::print("  {:<22} {}\n", name, text.get<std::string>());
+      if (name != "example_record") fmt::format_to(out, "  {:<22} {}\n", name, text.get<std::string>());
   }
-  print_sizes("dataset", sizes);
+  write_sizes(out, "dataset", sizes);
 }
 
 // The text form of `ckv info DUMP.h5`: the JSON form `j`, line by line.
-void print_dump_text(const std::string& path, const nlohmann::ordered_json& j,
+void write_dump_text(Out out, const std::string& path, const nlohmann::ordered_json& j,
                      const std::map<std::string, KindSize>& sizes) {
-  fmt::print("dump          {} ({}, schema {})\n", path, human(j.at("size_bytes").get<int64_t>()),
+  fmt::format_to(out, "dump          {} ({}, schema {})\n", path, human(j.at("size_bytes").get<int64_t>()),
              j.at("schema_version").get<int64_t>());
   for (const auto& [key, value] : j.at("provenance").items())
-    fmt::print("{:<13} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  if (j.contains("resumed")) fmt::print("{:<13} {} time(s)\n", "resumed", j.at("resumed").size());
+    fmt::format_to(out, "{:<13} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  if (j.contains("resumed")) fmt::format_to(out, "{:<13} {} time(s)\n", "resumed", j.at("resumed").size());
   const auto& mj = j.at("model");
-  fmt::print("model         {}: {} layers, {} heads / {} KV, d_head {}, d_model {}, vocab {}\n",
+  fmt::format_to(out, "model         {}: {} layers, {} heads / {} KV, d_head {}, d_model {}, vocab {}\n",
              mj["arch"].get<std::string>(), mj["n_layer"].get<int64_t>(), mj["n_head"].get<int64_t>(),
              mj["n_kv_head"].get<int64_t>(), mj["d_head"].get<int64_t>(), mj["d_model"].get<int64_t>(),
              mj["vocab"].get<int64_t>());
   const auto& st = j.at("settings");
-  fmt::print("recorded      {}; {} layers; heads {}; attn rows {} (window {}); compression {}\n",
+  fmt::format_to(out, "recorded      {}; {} layers; heads {}; attn rows {} (window {}); compression {}\n",
              st["what"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), st["layers"].size(),
              st["heads"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), st["attn_rows"].get<std::string>(),
              st["window"].get<int64_t>(), st["compression"].get<int64_t>());
   const auto incomplete = j.at("records").at("incomplete").get<std::vector<std::string>>();
-  fmt::print("records       {} ({} complete{}), tokens min {} / median {} / max {}\n",
+  fmt::format_to(out, "records       {} ({} complete{}), tokens min {} / median {} / max {}\n",
              j.at("records").at("count").get<size_t>(), j.at("records").at("complete").get<size_t>(),
              incomplete.empty() ? "" : fmt::format(", incomplete: {}", fmt::join(incomplete, " ")),
              j.at("records").at("tokens_min").get<int64_t>(), j.at("records").at("tokens_median").get<int64_t>(),
              j.at("records").at("tokens_max").get<int64_t>());
   const auto& shapes = j.at("shapes");
   if (!shapes.empty()) {
-    fmt::print("shapes (record \"{}\"):\n", shapes.at("example_record").get<std::string>());
+    fmt::format_to(out, "shapes (record \"{}\"):\n", shapes.at("example_record").get<std::string>());
     for (const auto& [name, text] : shapes.items())
-      if (name != "example_record") fmt::print("  {:<22} {}\n", name, text.get<std::string>());
+      if (name != "example_record") fmt::format_to(out, "  {:<22} {}\n", name, text.get<std::string>());
   }
-  print_sizes("tensor", sizes);
+  write_sizes(out, "tensor", sizes);
 }
 
-}  // namespace
-
-void info_dump(const std::string& path, bool json) {
-  h5::File f = h5::File::open_read(path);
-  const OutputSummary summary = validate_output(f, {.read_data = true});  // "checks a file whole": its data too
-  if (summary.schema != kDumpSchema) return info_output(path, f, summary, json);
+// A dump: provenance, model, settings, records with their lengths and shapes, sizes.
+void describe_dump(Out out, const std::string& path, const h5::File& f, bool json) {
   nlohmann::ordered_json j;
   j["file"] = path;
   j["size_bytes"] = std::filesystem::file_size(path);
@@ -239,9 +233,20 @@ void info_dump(const std::string& path, bool json) {
                   {"tokens_median", lengths.empty() ? 0 : lengths[lengths.size() / 2]},
                   {"tokens_max", lengths.empty() ? 0 : lengths.back()}};
   j["shapes"] = shapes;
-  if (put_sizes_and_print_json(j, sizes, json)) return;
+  if (put_sizes_and_write_json(out, j, sizes, json)) return;
 
-  print_dump_text(path, j, sizes);
+  write_dump_text(out, path, j, sizes);
 }
 
-}  // namespace ckv::app
+}  // namespace
+
+std::string describe_output_file(const std::string& path, bool json) {
+  std::string text;
+  h5::File f = h5::File::open_read(path);
+  const OutputSummary summary = validate_output(f, {.read_data = true});  // "checks a file whole": its data too
+  if (summary.schema == kDumpSchema) describe_dump(std::back_inserter(text), path, f, json);
+  else describe_output(std::back_inserter(text), path, f, summary, json);
+  return text;
+}
+
+}  // namespace ckv
