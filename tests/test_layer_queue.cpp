@@ -1,12 +1,12 @@
 // The bounded hand-off between `ckv dump`'s forward thread and its writer
-// (apps/ckv/layer_queue.h): order, the bound, draining after close, and cancellation.
+// (lib/output/layer_queue.h): order, the bound, draining after close, and cancellation.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <thread>
 
-#include "../apps/ckv/layer_queue.h"
+#include "output/layer_queue.h"
 
 namespace ckv::app {
 namespace {

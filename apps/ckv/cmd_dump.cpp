@@ -1,30 +1,26 @@
 // ckv dump: run the model over one prompt or a JSONL batch and record, per layer and head,
 // post-RoPE Q/K/V, attention rows, value-projected norms nu and optionally head outputs,
 // the residual stream, last-position logits and W_O, into one HDF5 file (docs/DUMP.md).
-// Records stream to disk layer by layer as the forward pass produces them: the forward pass
-// runs on a second thread and this one writes (layer_queue.h), so writing overlaps the
-// computation and memory is about two layers' buffers whatever the batch size.
+// Records stream to disk layer by layer as the forward pass produces them
+// (lib/output/dump_run.h); this file is the flags, the records and the totals.
 #include <chrono>
-#include <exception>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <set>
-#include <sstream>
-#include <thread>
 
 #include <fmt/format.h>
 
-#include "analysis/value_norms.h"
 #include "common.h"
 #include "flag_rules.h"
 #include "core/error.h"
 #include "core/shard.h"
 #include "core/thread_pool.h"
-#include "dump_timing.h"
 #include "output/describe.h"
+#include "output/dump_run.h"
 #include "output/dump_schema.h"
+#include "output/dump_timing.h"
 #include "data/records.h"
-#include "layer_queue.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "record_job.h"
@@ -51,129 +47,20 @@ struct DumpOptions {
   bool skip_bad = false, verbose = false;
 };
 
-// Runs on the forward pass's thread: copies what it records (its buffers are reused by the
-// next layer) into the queue the main thread writes from.
-class QueueRecorder : public Recorder {
- public:
-  explicit QueueRecorder(LayerQueue& queue) : queue_(queue) {}
-  void on_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) override {
-    queue_.push({.kind = LayerItem::Kind::qkv, .layer = layer, .a = q, .b = k, .c = v});
-  }
-  void on_attention(int64_t layer, std::span<const int64_t>, const Tensor& probs) override {
-    queue_.push({.kind = LayerItem::Kind::attention, .layer = layer, .a = probs, .b = {}, .c = {}});
-  }
-  void on_head_outputs(int64_t layer, std::span<const int64_t>, const Tensor& out) override {
-    queue_.push({.kind = LayerItem::Kind::head_out, .layer = layer, .a = out, .b = {}, .c = {}});
-  }
-  void on_residual(int64_t layer, const Tensor& resid) override {
-    queue_.push({.kind = LayerItem::Kind::resid, .layer = layer, .a = resid, .b = {}, .c = {}});
-  }
-
- private:
-  LayerQueue& queue_;
-};
-
-// Runs on the main thread, the only one that calls HDF5: writes one item into the record's
-// group, computing nu from v and W_O on the way.
-class ItemWriter {
- public:
-  ItemWriter(RecordWriter& rec, const DumpSettings& s, const Model& model, ThreadPool& pool,
-             Progress& progress, std::string rate, DumpTiming& timing)
-      : rec_(rec), s_(s), model_(model), pool_(pool), progress_(progress), rate_(std::move(rate)),
-        timing_(timing) {}
-  void write(const LayerItem& item) {
-    const auto start = std::chrono::steady_clock::now();
-    write_item(item);
-    timing_.writer_busy += seconds_since(start);
-  }
-
- private:
-  void write_item(const LayerItem& item) {
-    switch (item.kind) {
-      case LayerItem::Kind::qkv: write_qkv(item.layer, item.a, item.b, item.c); break;
-      case LayerItem::Kind::attention:
-        if (s_.what.attn) rec_.write_attention(item.layer, item.a);
-        break;
-      case LayerItem::Kind::head_out: rec_.write_head_out(item.layer, item.a); break;
-      case LayerItem::Kind::resid: rec_.write_resid(item.layer, item.a); break;
-    }
-  }
-
-  void write_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) {
-    rec_.write_qkv(layer, q, k, v);
-    if (s_.what.nu_l1 || s_.what.nu_l2) {
-      const Tensor wo = model_.weights.layers.at(static_cast<size_t>(layer)).wo.to_f32();
-      const auto start = std::chrono::steady_clock::now();
-      ValueNorms nu = value_norms(v, wo, model_.config.n_head, s_.heads,
-                                  {.l1 = s_.what.nu_l1, .l2 = s_.what.nu_l2}, &pool_);
-      timing_.nu += seconds_since(start);
-      rec_.write_nu(layer, nu.l1, nu.l2);
-    }
-    progress_.set_note(fmt::format("layer {}/{}{}", layer + 1, model_.config.n_layer, rate_));
-  }
-
-  RecordWriter& rec_;
-  const DumpSettings& s_;
-  const Model& model_;
-  ThreadPool& pool_;
-  Progress& progress_;
-  std::string rate_;  // ", N tokens/s" of the records so far
-  DumpTiming& timing_;
-};
-
-// Runs the forward pass on a second thread while this one writes what it records, so the
-// dump's wall time is about the forward pass's. Returns after every item is written; a
-// failure on either side is rethrown here with its own type (the writer's first, since a
-// failed writer is what stops the forward pass).
-ForwardResult forward_and_write(Forward& forward, const std::vector<int32_t>& tokens,
-                                ForwardRequest request, ItemWriter& writer, DumpTiming& timing) {
-  // Capacity one layer's callbacks: with the item being written, about two layers in flight.
-  const size_t per_layer = (request.record.qkv ? 1 : 0) + (request.record.attn_rows.empty() ? 0 : 1) +
-                           (request.record.head_out_rows.empty() ? 0 : 1) + (request.record.residual ? 1 : 0);
-  LayerQueue queue(per_layer);
-  QueueRecorder recorder(queue);
-  request.recorder = &recorder;
-  ForwardResult result;
-  std::exception_ptr forward_error;
-  double forward_seconds = 0;
-  std::thread worker([&] {
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      result = forward.run(tokens, request);
-    } catch (...) {
-      forward_error = std::current_exception();
-    }
-    forward_seconds = seconds_since(start);
-    queue.close();
-  });
-  try {
-    while (std::optional<LayerItem> item = queue.pop()) writer.write(*item);
-  } catch (...) {
-    queue.cancel();
-    worker.join();
-    throw;
-  }
-  worker.join();
-  timing.forward += forward_seconds;
-  timing.forward_stalled += queue.push_wait_seconds();
-  timing.writer_idle += queue.pop_wait_seconds();
-  if (forward_error) std::rethrow_exception(forward_error);
-  return result;
-}
-
+// The records of the run: passes over those complete in the file, writes the others
+// (DumpRecorder) and counts them.
 struct Run {
   const DumpOptions& o;
   const GlobalOptions& g;
   const Model& model;
-  DumpSettings settings;
-  DumpFile& dump;
-  Forward& forward;
-  ThreadPool& pool;
+  const DumpSettings& settings;
+  DumpRecorder& recorder;
   Progress& progress;
+  RecordJob& job;  // counts the records written
   std::set<std::string> complete, seen;
   int64_t written = 0, skipped = 0, tokens = 0;
   double seconds = 0;
-  DumpTiming timing{};
+  bool window_given = false;
 
   void record(RecordMeta meta) {
     if (!seen.insert(meta.id).second)
@@ -187,36 +74,21 @@ struct Run {
     const auto n = static_cast<int64_t>(meta.tokens.size());
     const std::string name = fmt::format("record \"{}\"", meta.id);
     meta.token_text = token_texts(model.tokenizer.get(), meta.tokens);
-    const bool rows_needed = settings.what.attn || settings.what.attn_out;
-    if (rows_needed) {
+    if (settings.what.attn || settings.what.attn_out) {
       meta.attn_rows = attention_rows(o.attn_rows, o.window, window_given, meta.context_end, n, name);
       if (o.attn_rows == "all") check_full_attention(n, name);
     }
     const auto start = std::chrono::steady_clock::now();
-    RecordWriter rec = dump.begin_record(meta);
-    ItemWriter writer(rec, settings, model, pool, progress,
-                      seconds > 0 ? fmt::format(", {:.0f} tokens/s", static_cast<double>(tokens) / seconds) : "",
-                      timing);
-    ForwardRequest request;
-    request.record.layers = settings.layers;
-    request.record.qkv = settings.what.q || settings.what.k || settings.what.v ||
-                         settings.what.nu_l1 || settings.what.nu_l2;
-    if (settings.what.attn) request.record.attn_rows = meta.attn_rows;
-    if (settings.what.attn_out) request.record.head_out_rows = meta.attn_rows;
-    request.record.residual = settings.what.resid;
-    // Every dataset is written when this returns; logits and `complete` follow.
-    ForwardResult result = forward_and_write(forward, meta.tokens, std::move(request), writer, timing);
-    if (settings.what.logits) rec.write_logits_last(result.logits.span().last(static_cast<size_t>(model.config.vocab)));
-    dump.finish_record(rec);
-    job->written();
-    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    recorder.record(meta, progress,
+                    seconds > 0 ? fmt::format(", {:.0f} tokens/s", static_cast<double>(tokens) / seconds) : "");
+    job.written();
+    const double took = seconds_since(start);
     ++written;
     tokens += n;
     seconds += took;
     progress.advance();
     if (o.verbose) {
-      fmt::print("record {} \"{}\": {} tokens, c={}, {:.2f} s\n", meta.index, meta.id, n,
-                 meta.context_end, took);
+      fmt::print("record {} \"{}\": {} tokens, c={}, {:.2f} s\n", meta.index, meta.id, n, meta.context_end, took);
       std::fflush(stdout);
     }
   }
@@ -232,8 +104,6 @@ struct Run {
       fail<InputError>("{}: the full attention needs {} bytes, above --max-bytes {}", name, bytes,
                        o.max_bytes);
   }
-  bool window_given = false;
-  RecordJob* job = nullptr;  // counts the records written
 };
 
 RecordMeta prompt_meta(const DumpOptions& o, const Model& model) {
@@ -300,22 +170,23 @@ void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
                            : DumpFile::create(rj.partial(), prov, model, rj.model_sha256(), settings);
   });
   ThreadPool pool(g.resolved_threads());
+  DumpRecorder recorder(dump, settings, model, rj.forward(), pool);
   Progress progress("dump", rj.shard().size_of(total), "records", g.progress_mode());
-  Run run{o, g, model, settings, dump, rj.forward(), pool, progress, dump.complete_records(), {}};
-  run.window_given = window_given;
-  run.job = &rj;
+  Run run{.o = o, .g = g, .model = model, .settings = settings, .recorder = recorder, .progress = progress,
+          .job = rj, .complete = dump.complete_records(), .window_given = window_given};
   rj.guarded([&] { dump_records(o, model, rj.shard(), run); }, [&] { dump.abandon(); });
   progress.finish();
+  DumpTiming& timing = recorder.timing();
   auto start = std::chrono::steady_clock::now();
   dump.close();
-  run.timing.close = seconds_since(start);
+  timing.close = seconds_since(start);
   start = std::chrono::steady_clock::now();
   rj.commit();
-  run.timing.commit = seconds_since(start);
+  timing.commit = seconds_since(start);
   if (!o.timing_json.empty())
-    write_dump_timing(o.timing_json, run.timing, {.records = run.written, .tokens = run.tokens,
-                                                  .records_seconds = run.seconds,
-                                                  .wall_seconds = seconds_since(started)},
+    write_dump_timing(o.timing_json, timing, {.records = run.written, .tokens = run.tokens,
+                                              .records_seconds = run.seconds,
+                                              .wall_seconds = seconds_since(started)},
                       o.out);
   if (!g.quiet)
     fmt::print("{}: {} records written, {} already complete{}\n", o.out, run.written, run.skipped,

@@ -1,14 +1,13 @@
 // ckv eval: answers under eviction with a KV cache, record by record, beside the measured
-// perturbation (docs/EVAL.md). Per record: the full cache and every method x budget
-// (analysis/cache_eval.h), each decoded greedily and scored as the record's task defines
-// (data/answer_score.h); HDF5 + CSV + JSON (output/eval_schema.h) with shards, --resume and
-// `ckv merge`; a console table of accuracy per method x budget (the paper's Figure 2).
+// perturbation (docs/EVAL.md). Per record: the full cache and every method x budget, decoded
+// and scored (output/eval_run.h); HDF5 + CSV + JSON (output/eval_schema.h) with shards,
+// --resume and `ckv merge`; a console table of accuracy per method x budget (the paper's
+// Figure 2).
 #include <filesystem>
 #include <optional>
 
 #include <fmt/format.h>
 
-#include "data/answer_score.h"
 #include "analysis/cache_eval.h"
 #include "common.h"
 #include "core/error.h"
@@ -16,12 +15,11 @@
 #include "core/sha256.h"
 #include "core/thread_pool.h"
 #include "output/batch_output.h"
-#include "output/describe.h"
+#include "output/eval_run.h"
 #include "output/eval_schema.h"
 #include "record_job.h"
 #include "selection_options.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
 
 namespace ckv::app {
 namespace {
@@ -80,31 +78,6 @@ void print_record(const EvalRecord& r) {
   }
 }
 
-// One record: the full cache and every method x budget, decoded and scored.
-EvalRecord evaluate(const EvalOptions& o, RecordJob& rj, const CacheEvalSettings& settings, ThreadPool& pool,
-                    const JobRecord& jr) {
-  const Model& model = rj.model();
-  const InputRecord& r = *jr.input;
-  EvalRecord rec;
-  rec.id = r.id;
-  rec.index = r.index;
-  rec.task = r.task;
-  rec.answers = r.answers;
-  rec.prompt = jr.prompt.tokens;
-  rec.prompt_text = token_texts(model.tokenizer.get(), jr.prompt.tokens);
-  rec.decoded_text = [&model](const std::vector<int32_t>& ids) { return token_texts(model.tokenizer.get(), ids); };
-  rec.answer_ids = answer_token_ids(r, *model.tokenizer, !o.no_answer_space);
-  rec.result = evaluate_with_cache(rj.forward(), model,
-                                   {.id = r.id, .prompt = jr.prompt.tokens, .context_end = jr.prompt.context_end,
-                                    .answer_ids = rec.answer_ids},
-                                   settings, pool);
-  if (r.task != AnswerTask::None) {
-    rec.scores.push_back(score_answer(r.task, rec.result.full.decoded.text, r.answers));
-    for (const CacheEvalRun& run : rec.result.runs) rec.scores.push_back(score_answer(r.task, run.decoded.text, r.answers));
-  }
-  return rec;
-}
-
 void run_eval(EvalOptions& o, const GlobalOptions& g) {
   const CacheEvalSettings settings = settings_of(o);
   RecordJob rj(g, o.job, o.input, {o.out + ".h5", o.out + ".csv", o.out + ".json"});
@@ -124,7 +97,8 @@ void run_eval(EvalOptions& o, const GlobalOptions& g) {
   Progress progress("eval", rj.shard().is_whole() ? input_records : 0, "records", g.progress_mode());
   const int64_t skipped = rj.guarded([&] {
     const int64_t s = rj.for_each_record(file.complete_records(), nullptr, [&](JobRecord& jr) {
-      const EvalRecord rec = evaluate(o, rj, settings, pool, jr);
+      const EvalRecord rec =
+          evaluate_record(rj.forward(), model, *jr.input, jr.prompt, settings, !o.no_answer_space, pool);
       file.write_record(rec);
       rj.written();
       progress.advance();

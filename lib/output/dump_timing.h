@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "io/h5.h"
 
-namespace ckv::app {
+namespace ckv {
 
 inline double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -54,4 +54,4 @@ inline void write_dump_timing(const std::string& path, const DumpTiming& t, cons
   if (!f) fail<IoError>("--timing-json {}: cannot write", path);
 }
 
-}  // namespace ckv::app
+}  // namespace ckv

@@ -14,7 +14,7 @@
 
 #include "core/tensor.h"
 
-namespace ckv::app {
+namespace ckv {
 
 // One recorder callback's tensors, copied out of the forward pass's reused buffers.
 struct LayerItem {
@@ -92,4 +92,4 @@ class LayerQueue {
   std::chrono::steady_clock::duration push_wait_{}, pop_wait_{};
 };
 
-}  // namespace ckv::app
+}  // namespace ckv
