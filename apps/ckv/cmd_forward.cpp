@@ -19,6 +19,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "prompt_input.h"
+#include "record_job.h"
 
 namespace ckv::app {
 namespace {
@@ -144,9 +145,10 @@ void run_timing(const ForwardCmdOptions& o, Forward& forward, const std::vector<
 }
 
 void run_forward(const ForwardCmdOptions& o, const GlobalOptions& g) {
-  Model model = load_model(g.model_path());
+  LoadedModel loaded(g);
+  const Model& model = loaded.model();
   std::vector<int32_t> ids = prompt_tokens(o.input, model, kBuiltinPrompt);
-  Forward forward(model, g.forward_options());
+  Forward& forward = loaded.forward();
   if (o.timing_json) return run_timing(o, forward, ids);
 
   const Tokenizer* tok = model.tokenizer.get();

@@ -18,6 +18,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "record_job.h"
 
 namespace ckv::app {
 namespace {
@@ -49,10 +50,11 @@ class RetrievalRecorder : public Recorder {
 void run_profile(const ProfileOptions& o, const GlobalOptions& g) {
   const AtomicOutputOptions output_options{.force = o.force, .resumable = false};
   AtomicOutput::check(o.out, output_options);
-  const Model model = load_model(g.model_path());
+  LoadedModel loaded(g);
+  const Model& model = loaded.model();
   if (!model.tokenizer) fail<InputError>("{}: the model has no tokenizer (profile encodes the answers)", g.model_path());
   const ModelConfig& cf = model.config;
-  Forward forward(model, g.forward_options());
+  Forward& forward = loaded.forward();
   std::vector<std::vector<double>> sums(static_cast<size_t>(cf.n_layer),
                                         std::vector<double>(static_cast<size_t>(cf.n_head), 0.0));
   RecordReader reader(o.input);

@@ -21,6 +21,15 @@ CLI::Option* add_jsonl_option(CLI::App& cmd, JobInput& in, const std::string& he
   return jsonl;
 }
 
+LoadedModel::LoadedModel(const GlobalOptions& g, bool hash) : g_(g), model_(load_model(g.model_path())) {
+  if (hash) sha_ = ckv::model_sha256(model_.source.path);
+}
+
+Forward& LoadedModel::forward() {
+  if (!forward_) forward_ = std::make_unique<Forward>(model_, g_.forward_options());
+  return *forward_;
+}
+
 RecordJob::RecordJob(const GlobalOptions& g, const JobFlags& flags, const JobInput& input,
                      std::vector<std::filesystem::path> outputs)
     : g_(g), flags_(flags), input_(input), paths_(std::move(outputs)), shard_(Shard::resolve(flags.shard)) {
@@ -31,16 +40,15 @@ RecordJob::RecordJob(const GlobalOptions& g, const JobFlags& flags, const JobInp
 }
 
 void RecordJob::load(bool run_model) {
-  model_.emplace(load_model(g_.model_path()));
-  sha_ = ckv::model_sha256(model_->source.path);
-  // Built before the provenance: its context is the device that runs the pass.
-  if (run_model) forward_ = std::make_unique<Forward>(*model_, g_.forward_options());
-  prov_ = g_.provenance(forward_ ? forward_->context().device_string() : std::string(device_name(Device::CPU)));
-  prov_.set("model_path", model_->source.path.string());
-  prov_.set("model_sha256", sha_);
+  loaded_.emplace(g_, /*hash=*/true);
+  const Model& model = loaded_->model();
+  // The forward pass is built before the provenance: its context is the device that runs it.
+  prov_ = g_.provenance(run_model ? forward().context().device_string() : std::string(device_name(Device::CPU)));
+  prov_.set("model_path", model.source.path.string());
+  prov_.set("model_sha256", loaded_->sha256());
   // A model's sliding-window layers are named in every output's provenance and said once
   // (docs/MODELS.md "Sliding windows").
-  if (const std::string note = set_sliding_layers(prov_, model_->config); !note.empty() && !g_.quiet)
+  if (const std::string note = set_sliding_layers(prov_, model.config); !note.empty() && !g_.quiet)
     fmt::print(stderr, "ckv: note: {}\n", note);
 }
 
@@ -94,7 +102,8 @@ int64_t RecordJob::for_each_record(const std::set<std::string>& done, const std:
     each(r);
     return 0;
   }
-  if (!model_->tokenizer) fail<InputError>("{}: --input needs a model with a tokenizer", model_->source.path.string());
+  const Model& m = model();
+  if (!m.tokenizer) fail<InputError>("{}: --input needs a model with a tokenizer", m.source.path.string());
   // In input order; the reader refuses an id used twice, in any shard (naming the line).
   int64_t skipped = 0;
   RecordReader reader(input_.jsonl);
@@ -105,7 +114,7 @@ int64_t RecordJob::for_each_record(const std::set<std::string>& done, const std:
       continue;
     }
     JobRecord r{.id = in->id, .index = in->index, .input = &*in,
-                .prompt = tokenize_record(*in, *model_->tokenizer, input_.prompt.chat), .answer = in->answer};
+                .prompt = tokenize_record(*in, *m.tokenizer, input_.prompt.chat), .answer = in->answer};
     each(r);
   }
   return skipped;

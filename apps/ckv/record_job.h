@@ -62,6 +62,29 @@ struct JobRecord {
   std::optional<std::string> answer;
 };
 
+// The model the flags name, loaded once: the one place every subcommand that runs a model
+// (the record jobs, `ckv forward`, `ckv profile`) loads it, hashes it when its outputs name
+// the hash, and builds its forward pass (--device, --threads, --compute-dtype).
+class LoadedModel {
+ public:
+  // `hash`: also the model's sha256 (model_sha256), for outputs that name it.
+  explicit LoadedModel(const GlobalOptions& g, bool hash = false);
+  LoadedModel(const LoadedModel&) = delete;  // the forward pass refers to the model
+  LoadedModel& operator=(const LoadedModel&) = delete;
+
+  Model& model() { return model_; }
+  const Model& model() const { return model_; }
+  // The forward pass, built on first use (a job that only reads a dump builds none).
+  Forward& forward();
+  const std::string& sha256() const { return sha_; }  // empty unless hashed
+
+ private:
+  const GlobalOptions& g_;
+  Model model_;
+  std::string sha_;
+  std::unique_ptr<Forward> forward_;
+};
+
 class RecordJob {
  public:
   // Steps 1 and the shard: `outputs` are the paths the job writes, the HDF5 file first.
@@ -105,11 +128,11 @@ class RecordJob {
   // Step 5 on success: commits every output.
   void commit();
 
-  Model& model() { return *model_; }
-  const Model& model() const { return *model_; }
-  Forward& forward() { return *forward_; }
+  Model& model() { return loaded_->model(); }
+  const Model& model() const { return loaded_->model(); }
+  Forward& forward() { return loaded_->forward(); }
   Provenance& provenance() { return prov_; }
-  const std::string& model_sha256() const { return sha_; }
+  const std::string& model_sha256() const { return loaded_->sha256(); }
   const Shard& shard() const { return shard_; }
   const JobInput& input() const { return input_; }
 
@@ -129,9 +152,7 @@ class RecordJob {
   std::vector<std::filesystem::path> paths_;
   std::vector<AtomicOutput> outputs_;
   Shard shard_;
-  std::optional<Model> model_;
-  std::string sha_;
-  std::unique_ptr<Forward> forward_;
+  std::optional<LoadedModel> loaded_;
   Provenance prov_;
   int64_t written_ = 0;
 };
