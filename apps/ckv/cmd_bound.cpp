@@ -1,7 +1,7 @@
 // ckv bound: for every selection method, budget, layer and head, the actual output
 // perturbation of eviction beside the CriticalKV bounds (docs/MATH.md §3-4), written as HDF5
 // (full arrays, docs/BOUND.md), a tidy CSV and a JSON summary; the console shows the
-// paper's Table 9 layout, the Figure 4/6 statistic and the kept entries (bound_report.cpp).
+// paper's Table 9 layout, the Figure 4/6 statistic and the kept entries (lib/output/bound_report.cpp).
 #include <algorithm>
 
 #include <fmt/format.h>

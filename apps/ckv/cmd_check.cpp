@@ -3,7 +3,7 @@
 // entries by the method's score, by default the query's own attention) plus the always-kept
 // question entries; the assumption holds for a head when S1 >= 1/2. Outputs: HDF5 (the
 // bound layout with alphas as the first axis), tidy CSV, JSON summary; console: the fraction
-// per layer and overall and the violating heads (bound_report.cpp).
+// per layer and overall and the violating heads (lib/output/bound_report.cpp).
 #include <sstream>
 
 #include <fmt/format.h>

@@ -2,7 +2,7 @@
 // bound, check or mask with --shard), after checking that they belong together and hold
 // every input record exactly once (lib/output/merge.h). The schema decides the side files: a
 // bound/check merge also writes OUT's .csv and .json, regenerated from the merged HDF5
-// exactly as a single run writes them (bound_report.h); a mask merge writes --csv.
+// exactly as a single run writes them (output/bound_report.h); a mask merge writes --csv.
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -10,11 +10,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "bound_report.h"
 #include "common.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "output/provenance.h"
+#include "output/bound_report.h"
 #include "output/bound_schema.h"
 #include "output/eval_schema.h"
 #include "io/h5.h"
@@ -68,7 +68,7 @@ SideFiles side_files(const MergeCliOptions& o, const std::string& schema) {
     s.outputs.emplace_back(prefix + ".csv", opt);
     s.outputs.emplace_back(prefix + ".json", opt);
     s.write = [csv = s.outputs[0].partial_path(), json = s.outputs[1].partial_path(), prefix](const fs::path& h5) {
-      write_bound_summaries(h5, csv, json, prefix);
+      fmt::print("{}", write_bound_summaries(h5, csv, json, prefix));
     };
   } else if (schema == kMaskSchema && !o.csv.empty()) {
     s.outputs.emplace_back(o.csv, opt);

@@ -1,12 +1,13 @@
 // Summaries of bound files: the Table 9 layout of `ckv bound` with Figure 4's share of heads
 // where criticalkv lowers L (ties apart), and the Assumption 3.4 fractions of `ckv check`,
 // both fed one record at a time.
-#include "bound_report.h"
+#include "output/bound_report.h"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
@@ -20,17 +21,23 @@
 #include "core/error.h"
 #include "output/bound_schema.h"
 
-namespace ckv::app {
+namespace ckv {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// The console summary; silent under `ckv -q` (write_bound_summaries sets it for its call).
-bool g_console = true;
-template <typename... Args>
-void say(fmt::format_string<Args...> f, Args&&... args) {
-  if (g_console) fmt::print(f, std::forward<Args>(args)...);
-}
+// The console summary as it is written: say(format, args...) adds to it.
+class Console {
+ public:
+  template <typename... Args>
+  void operator()(fmt::format_string<Args...> f, Args&&... args) {
+    fmt::format_to(std::back_inserter(text_), f, std::forward<Args>(args)...);
+  }
+  std::string& text() { return text_; }
+
+ private:
+  std::string text_;
+};
 
 double share(int64_t k, int64_t n) { return n ? static_cast<double>(k) / static_cast<double>(n) : kNaN; }
 
@@ -213,7 +220,7 @@ struct HeadMeans {
   }
 };
 
-void print_figure4(const std::string& crit, const std::string& base, const HeadCount& means, const HeadCount& all,
+void print_figure4(Console& say, const std::string& crit, const std::string& base, const HeadCount& means, const HeadCount& all,
                    const std::map<int64_t, HeadCount>& per_layer) {
   say("Figure 4 statistic (each head's mean L over records, as the paper): {} lowers L below {} in {:.1f}% "
       "of heads ({} of {} heads x budgets);\n"
@@ -229,7 +236,7 @@ void print_figure4(const std::string& crit, const std::string& base, const HeadC
 }
 
 // The legend and the column header of one Table 9 comparison.
-void print_table9_header(const std::string& crit, const std::string& base, const std::string& reading,
+void print_table9_header(Console& say, const std::string& crit, const std::string& base, const std::string& reading,
                          const BudgetAxis& axis) {
   say("\nTable 9 layout: {} vs {} (L1 norm; Prev. bound theta_rel with nu_min over {}{})\n", crit,
       base.empty() ? "(no attention-only method given)" : base, reading,
@@ -240,7 +247,7 @@ void print_table9_header(const std::string& crit, const std::string& base, const
 }
 
 // Table 9's legend, printed after its rows.
-void print_table9_legend(const std::string& base, const BudgetAxis& axis, const nlohmann::json& settings) {
+void print_table9_legend(Console& say, const std::string& base, const BudgetAxis& axis, const nlohmann::json& settings) {
   say("  Actual L, Our bound (theta_hat), Prev bound: means over the `heads` (record x layer x head, each the mean\n"
       "  over evaluation queries) where both methods' S1 >= 1/2 (Assumption 3.4); that population changes with the\n"
       "  budget, so Actual L need not fall as the budget grows: `L all hds` is the mean over every head.\n"
@@ -254,7 +261,7 @@ void print_table9_legend(const std::string& base, const BudgetAxis& axis, const 
 }
 
 // The kept entries of every method and budget: the console table and summary["kept"].
-void kept_table(const Collected& col, nlohmann::ordered_json& summary) {
+void kept_table(Console& say, const Collected& col, nlohmann::ordered_json& summary) {
   const std::vector<MethodSpec>& methods = col.methods;
   const BudgetAxis& axis = col.budgets;
   say("\nKept entries per KV head (window = last --window context entries, sinks = first --sinks)\n");
@@ -274,7 +281,7 @@ void kept_table(const Collected& col, nlohmann::ordered_json& summary) {
     }
 }
 
-nlohmann::ordered_json report(const Collected& col, const nlohmann::json& settings) {
+nlohmann::ordered_json report(Console& say, const Collected& col, const nlohmann::json& settings) {
   const std::vector<MethodSpec>& methods = col.methods;
   nlohmann::ordered_json summary;
   const BudgetAxis& axis = col.budgets;
@@ -288,7 +295,7 @@ nlohmann::ordered_json report(const Collected& col, const nlohmann::json& settin
     entry["base"] = cmp.base_name;
     entry["nu_min"] = reading;
     entry["prev_bound_is_upper_bound"] = nu_min_reading_is_bound(parse_nu_min_reading(reading));
-    print_table9_header(crit, has_base ? cmp.base_name : "", reading, axis);
+    print_table9_header(say, crit, has_base ? cmp.base_name : "", reading, axis);
     HeadCount all, all_means;
     std::map<int64_t, HeadCount> per_layer;
     for (int64_t b = 0; b < axis.size(); ++b) {
@@ -339,17 +346,17 @@ nlohmann::ordered_json report(const Collected& col, const nlohmann::json& settin
           row["actual_L1_all_heads"].get<double>(), 100 * count_means.lower_share(), 100 * count.lower_share(),
           100 * count.tied_share(), 100 * count.lower_untied_share(), 100 * s1);
     }
-    print_table9_legend(has_base ? cmp.base_name : "the base", axis, settings);
+    print_table9_legend(say, has_base ? cmp.base_name : "the base", axis, settings);
     if (has_base) {
       all.put(entry);
       entry["fraction_head_means_L_below_base"] = all_means.lower_share();
       entry["fraction_head_means_tied"] = all_means.tied_share();
-      print_figure4(crit, cmp.base_name, all_means, all, per_layer);
+      print_figure4(say, crit, cmp.base_name, all_means, all, per_layer);
       for (const auto& [l, c] : per_layer) entry["per_layer"][std::to_string(l)] = c.lower_share();
     }
     summary["table9"].push_back(entry);
   }
-  kept_table(col, summary);
+  kept_table(say, col, summary);
   return summary;
 }
 
@@ -384,7 +391,7 @@ class CheckSummary {
     }
   }
 
-  void finish(nlohmann::ordered_json& summary, const nlohmann::json& settings, const std::string& name,
+  void finish(Console& say, nlohmann::ordered_json& summary, const nlohmann::json& settings, const std::string& name,
               int64_t max_list) const {
     say("Assumption 3.4 (S1 >= 1/2 at every evaluation query), stage 1 by {}:\n",
                settings.value("method", std::string("attn")));
@@ -441,10 +448,9 @@ std::vector<double> budget_fractions(const nlohmann::json& settings) {
 
 }  // namespace
 
-void write_bound_summaries(const std::filesystem::path& h5, const std::filesystem::path& csv_path,
-                           const std::filesystem::path& json_path, const std::string& name, int64_t max_list,
-                           bool quiet) {
-  g_console = !quiet;
+std::string write_bound_summaries(const std::filesystem::path& h5, const std::filesystem::path& csv_path,
+                                  const std::filesystem::path& json_path, const std::string& name, int64_t max_list) {
+  Console say;
   std::ofstream csv(csv_path, std::ios::binary | std::ios::trunc);
   if (!csv) fail<IoError>("{}: cannot write the CSV", csv_path.string());
   write_bound_csv_header(csv);
@@ -473,16 +479,17 @@ void write_bound_summaries(const std::filesystem::path& h5, const std::filesyste
   summary["settings"] = header.settings;
   start(header);
   if (check) {
-    check->finish(summary, header.settings, name, max_list);
+    check->finish(say, summary, header.settings, name, max_list);
   } else {
     summary["records"] = header.records;
-    nlohmann::ordered_json rep = report(*col, header.settings);
+    nlohmann::ordered_json rep = report(say, *col, header.settings);
     for (auto& [k, v] : rep.items()) summary[k] = v;
   }
   std::ofstream json(json_path, std::ios::binary | std::ios::trunc);
   json << summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // file text may be invalid UTF-8
   json.close();
   if (!json) fail<IoError>("{}: write failed", json_path.string());
+  return std::move(say.text());
 }
 
-}  // namespace ckv::app
+}  // namespace ckv
