@@ -76,14 +76,14 @@ std::string model_info_text(const Model& m) {
   fmt::format_to(out, "architecture  {}\n", c.arch_name);
   const std::vector<std::string> features = family_features(c);
   fmt::format_to(out, "family        {}{}{}{}\n", family_of(c.arch).name, features.empty() ? "" : " (",
-             fmt::join(features, ", "), features.empty() ? "" : ")");
+                 fmt::join(features, ", "), features.empty() ? "" : ")");
   fmt::format_to(out, "layers        {}\n", c.n_layer);
   fmt::format_to(out, "d_model       {}   d_ff {}   vocab {}\n", c.d_model, c.d_ff, c.vocab);
   fmt::format_to(out, "heads         {} query, {} KV (group {}), d_head {}\n", c.n_head, c.n_kv_head,
-             c.group_size(), c.d_head);
+                 c.group_size(), c.d_head);
   fmt::format_to(out, "context       {}\n", c.context_length);
   fmt::format_to(out, "rope          {}{}\n", rope_description(c),
-             m.weights.rope_freq_factors.empty() ? "" : ", rope_freqs tensor");
+                 m.weights.rope_freq_factors.empty() ? "" : ", rope_freqs tensor");
   fmt::format_to(out, "rms_eps       {:g}\n", c.rms_eps);
   fmt::format_to(out, "qkv bias      {}\n", c.attention_bias ? "yes" : "no");
   fmt::format_to(out, "embeddings    {}\n", c.tied_embeddings ? "tied" : "separate lm_head");
@@ -91,7 +91,7 @@ std::string model_info_text(const Model& m) {
   if (m.tokenizer) {
     const Tokenizer& t = *m.tokenizer;
     fmt::format_to(out, "tokenizer     {} (pre-tokeniser {}), {} tokens, bos {}, eos {}\n", t.kind(),
-               t.pre_tokenizer(), t.vocab_size(), t.bos_id(), t.eos_id());
+                   t.pre_tokenizer(), t.vocab_size(), t.bos_id(), t.eos_id());
     fmt::format_to(out, "chat template {}\n", t.chat_template().empty() ? "none" : "present");
   } else {
     fmt::format_to(out, "tokenizer     none (use --tokens)\n");

@@ -16,7 +16,7 @@ using Out = std::back_insert_iterator<std::string>;
 
 void write_generation(Out out, const std::string& name, const Generation& g) {
   fmt::format_to(out, "{:>9}  generation: \"{}\"{}\n", name, g.text,
-             g.has_answer ? (*g.has_answer ? " (contains the answer)" : " (no answer)") : "");
+                 g.has_answer ? (*g.has_answer ? " (contains the answer)" : " (no answer)") : "");
 }
 
 }  // namespace
@@ -33,13 +33,13 @@ std::string mask_summary(const MaskRecord& r, bool verify) {
   }
   const size_t n_placebo = placebos.size();
   fmt::format_to(out, "record \"{}\": {} tokens, c = {}, {} evaluation rows, evicted {} (layer, KV head, position) entries\n",
-             r.id, r.tokens.size(), r.c, r.eval_rows.size(), t.plan.total_evicted());
+                 r.id, r.tokens.size(), r.c, r.eval_rows.size(), t.plan.total_evicted());
   if (cmp)
     fmt::format_to(out, "resid_L2: the target's ({}); compare_L2: {}; reduction = 1 - compare_L2 / resid_L2\n", t.source,
-               cmp->source);
+                   cmp->source);
   fmt::format_to(out, "{:>5} {:>12} {:>12} {:>10} {:>9} {:>9} {:>9} {:>11}{}{}\n", "layer", "resid_L1", "resid_L2",
-             "dtheta", "S_min", "sink_raw", "sink_corr", "sink_full", n_placebo ? "  placebo_L2" : "",
-             cmp ? "  compare_L2  reduction" : "");
+                 "dtheta", "S_min", "sink_raw", "sink_corr", "sink_full", n_placebo ? "  placebo_L2" : "",
+                 cmp ? "  compare_L2  reduction" : "");
   for (size_t l = 0; l < t.metrics.layers.size(); ++l) {
     const LayerMaskMetrics& m = t.metrics.layers[l];
     double dt = 0, smin = 1, sr = 0, sc = 0, sf = 0;
@@ -62,7 +62,7 @@ std::string mask_summary(const MaskRecord& r, bool verify) {
       compare = fmt::format("  {:>10.4g} {:>9.1f}%", c2, t2 > 0 ? 100 * (1 - c2 / t2) : 0.0);
     }
     fmt::format_to(out, "{:>5} {:>12.4g} {:>12.4g} {:>10.4g} {:>9.4f} {:>9.4f} {:>9.4f} {:>11.4f}{}{}\n", l,
-               m.resid_l1_mean(), m.resid_l2_mean(), dt, smin, sr, sc, sf, placebo, compare);
+                   m.resid_l1_mean(), m.resid_l2_mean(), dt, smin, sr, sc, sf, placebo, compare);
   }
   for (const MaskRun& run : r.runs) {
     fmt::format_to(out, "{:>9}: KL(full||masked) {:.4g}, top-1 {}", run.name, run.next.kl, run.next.top1_agree ? "agrees" : "differs");

@@ -132,7 +132,7 @@ void describe_output(Out out, const std::string& path, const h5::File& f, const 
   if (put_sizes_and_write_json(out, j, sizes, json)) return;
   const std::string what = summary.schema == "ckv.mask" ? "mask" : summary.kind;
   fmt::format_to(out, "{:<13} {} ({}, schema {} version {})\n", what, path, human(j["size_bytes"].get<int64_t>()),
-             summary.schema, j["schema_version"].get<int64_t>());
+                 summary.schema, j["schema_version"].get<int64_t>());
   for (const auto& [key, value] : prov.items())
     fmt::format_to(out, "{:<13} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   for (const char* key : {"methods", "alphas"})
@@ -141,7 +141,7 @@ void describe_output(Out out, const std::string& path, const h5::File& f, const 
   if (j.contains("resumed")) fmt::format_to(out, "{:<13} {} time(s)\n", "resumed", j["resumed"].size());
   if (j.contains("merged_from")) fmt::format_to(out, "{:<13} {} shard file(s)\n", "merged from", j["merged_from"].size());
   fmt::format_to(out, "records       {} ({} complete{})\n", summary.records, summary.complete,
-             incomplete.empty() ? "" : fmt::format(", incomplete: {}", fmt::join(incomplete, " ")));
+                 incomplete.empty() ? "" : fmt::format(", incomplete: {}", fmt::join(incomplete, " ")));
   if (!shapes.empty()) {
     fmt::format_to(out, "shapes (record \"{}\"):\n", shapes["example_record"].get<std::string>());
     for (const auto& [name, text] : shapes.items())
@@ -154,26 +154,26 @@ void describe_output(Out out, const std::string& path, const h5::File& f, const 
 void write_dump_text(Out out, const std::string& path, const nlohmann::ordered_json& j,
                      const std::map<std::string, KindSize>& sizes) {
   fmt::format_to(out, "dump          {} ({}, schema {})\n", path, human(j.at("size_bytes").get<int64_t>()),
-             j.at("schema_version").get<int64_t>());
+                 j.at("schema_version").get<int64_t>());
   for (const auto& [key, value] : j.at("provenance").items())
     fmt::format_to(out, "{:<13} {}\n", key, value.is_string() ? value.get<std::string>() : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   if (j.contains("resumed")) fmt::format_to(out, "{:<13} {} time(s)\n", "resumed", j.at("resumed").size());
   const auto& mj = j.at("model");
   fmt::format_to(out, "model         {}: {} layers, {} heads / {} KV, d_head {}, d_model {}, vocab {}\n",
-             mj["arch"].get<std::string>(), mj["n_layer"].get<int64_t>(), mj["n_head"].get<int64_t>(),
-             mj["n_kv_head"].get<int64_t>(), mj["d_head"].get<int64_t>(), mj["d_model"].get<int64_t>(),
-             mj["vocab"].get<int64_t>());
+                 mj["arch"].get<std::string>(), mj["n_layer"].get<int64_t>(), mj["n_head"].get<int64_t>(),
+                 mj["n_kv_head"].get<int64_t>(), mj["d_head"].get<int64_t>(), mj["d_model"].get<int64_t>(),
+                 mj["vocab"].get<int64_t>());
   const auto& st = j.at("settings");
   fmt::format_to(out, "recorded      {}; {} layers; heads {}; attn rows {} (window {}); compression {}\n",
-             st["what"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), st["layers"].size(),
-             st["heads"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), st["attn_rows"].get<std::string>(),
-             st["window"].get<int64_t>(), st["compression"].get<int64_t>());
+                 st["what"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), st["layers"].size(),
+                 st["heads"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), st["attn_rows"].get<std::string>(),
+                 st["window"].get<int64_t>(), st["compression"].get<int64_t>());
   const auto incomplete = j.at("records").at("incomplete").get<std::vector<std::string>>();
   fmt::format_to(out, "records       {} ({} complete{}), tokens min {} / median {} / max {}\n",
-             j.at("records").at("count").get<size_t>(), j.at("records").at("complete").get<size_t>(),
-             incomplete.empty() ? "" : fmt::format(", incomplete: {}", fmt::join(incomplete, " ")),
-             j.at("records").at("tokens_min").get<int64_t>(), j.at("records").at("tokens_median").get<int64_t>(),
-             j.at("records").at("tokens_max").get<int64_t>());
+                 j.at("records").at("count").get<size_t>(), j.at("records").at("complete").get<size_t>(),
+                 incomplete.empty() ? "" : fmt::format(", incomplete: {}", fmt::join(incomplete, " ")),
+                 j.at("records").at("tokens_min").get<int64_t>(), j.at("records").at("tokens_median").get<int64_t>(),
+                 j.at("records").at("tokens_max").get<int64_t>());
   const auto& shapes = j.at("shapes");
   if (!shapes.empty()) {
     fmt::format_to(out, "shapes (record \"{}\"):\n", shapes.at("example_record").get<std::string>());
