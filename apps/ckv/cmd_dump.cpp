@@ -57,7 +57,7 @@ struct Run {
   DumpRecorder& recorder;
   Progress& progress;
   RecordJob& job;  // counts the records written
-  std::set<std::string> complete, seen;
+  std::set<std::string> complete, seen{};  // complete in the file; ids met so far
   int64_t written = 0, skipped = 0, tokens = 0;
   double seconds = 0;
   bool window_given = false;
