@@ -223,8 +223,13 @@ void write_bound_csv_rows(std::ostream& out, const BoundRecord& rec, const Bound
   const nlohmann::json& settings = header.settings;
   std::set<int64_t> sliding;  // the root attribute holds the JSON list as text (set_attr_json)
   if (const auto it = header.provenance.find("sliding_layers"); it != header.provenance.end()) {
-    const nlohmann::json layers = it->is_string() ? nlohmann::json::parse(it->get<std::string>()) : nlohmann::json(*it);
-    for (const auto& l : layers) sliding.insert(l.get<int64_t>());
+    const nlohmann::json layers = it->is_string() ? nlohmann::json::parse(it->get<std::string>(), nullptr, false)
+                                                  : nlohmann::json(*it);
+    if (!layers.is_array()) fail<FormatError>("attribute \"sliding_layers\" is not a list of layers");
+    for (const auto& l : layers) {
+      if (!l.is_number_integer()) fail<FormatError>("attribute \"sliding_layers\" is not a list of layers");
+      sliding.insert(l.get<int64_t>());
+    }
   }
   const int64_t window = header.provenance.value("sliding_window", int64_t{0});
   const std::string protocol = fmt::format("{},{},{}", settings.value("eval", std::string("question")),
