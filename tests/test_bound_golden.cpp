@@ -1,7 +1,7 @@
 // Selections against kvpress (SnapKVPress, CriticalKVPress, AdaKVPress, CriticalAdaKVPress)
 // and the perturbation metrics against a float64 NumPy implementation of docs/MATH.md §3, both
 // from tests/data/kvpress/selection_v1.h5 (tests/reference/make_kvpress_goldens.py); and
-// kvpress run on tiny Qwen3, Phi-3 and Qwen3-MoE models against ckv's forward pass and selections on the
+// kvpress run on tiny Qwen3, Phi-3, Qwen3-MoE and Gemma 3 models against ckv's forward pass and selections on the
 // same tokens (tests/data/kvpress/families_v1.h5).
 #include <gtest/gtest.h>
 
@@ -122,7 +122,13 @@ TEST(BoundGolden, FamilySelectionsMatchKvpress) {
     request.params.eps = g.attr_double("eps");
     request.params.alpha_safe = g.attr_double("alpha_safe");
     const h5::Group kept = g.open_group("kept");
-    for (int64_t l = 0; l < model.config.n_layer; ++l) {
+    // The layers of the kept sets (every layer; Gemma 3: its full-attention ones).
+    std::vector<int64_t> layers;
+    if (g.has_attr("layers")) layers = g.attr_ints("layers");
+    else for (int64_t l = 0; l < model.config.n_layer; ++l) layers.push_back(l);
+    for (size_t li = 0; li < layers.size(); ++li) {
+      const int64_t l = layers[li];
+      EXPECT_EQ(model.config.window_of(l), 0) << "layer " << l;
       const test::KeepingRecorder::Layer& layer = rec.layers.at(l);
       const Tensor wo = model.weights.layers[static_cast<size_t>(l)].wo.to_f32();
       const ValueNorms nu = value_norms(layer.v, wo, model.config.n_head, {});
@@ -134,8 +140,8 @@ TEST(BoundGolden, FamilySelectionsMatchKvpress) {
         for (const std::string& b : per_budget.children()) {
           const std::vector<int32_t> all = per_budget.open_dataset(b).read<int32_t>();  // [n_layer, n_kv, c]
           const auto per_layer = static_cast<size_t>(model.config.n_kv_head * c);
-          const std::vector<int32_t> mask(all.begin() + static_cast<std::ptrdiff_t>(l * per_layer),
-                                          all.begin() + static_cast<std::ptrdiff_t>((l + 1) * per_layer));
+          const std::vector<int32_t> mask(all.begin() + static_cast<std::ptrdiff_t>(li * per_layer),
+                                          all.begin() + static_cast<std::ptrdiff_t>((li + 1) * per_layer));
           const Selection s = select(spec, in, std::stoll(b), request.params);
           std::vector<int32_t> ours(per_layer, 0);
           for (size_t gi = 0; gi < s.kept.size(); ++gi)
@@ -146,7 +152,7 @@ TEST(BoundGolden, FamilySelectionsMatchKvpress) {
       }
     }
   }
-  EXPECT_EQ(compared, 3 * 2 * 4 * 3);  // models x layers x presses x budgets
+  EXPECT_EQ(compared, 4 * 2 * 4 * 3);  // models x compared layers x presses x budgets
 }
 
 TEST(BoundGolden, MetricsMatchNumpy) {

@@ -125,6 +125,7 @@ TEST_P(CacheEval, FirstTokenEqualsMaskAndPerturbationEqualsBound) {
       lr.eval_rows = {n};
       lr.layer = l;
       lr.n_layer = cf.n_layer;
+      lr.window = cf.window_of(l);  // a sliding layer: bound's attention is the window's
       for (int64_t g = 0; g < cf.n_kv_head; ++g) lr.file_kept.push_back(complement(run.plan.at(l, g), c));
       const LayerResult b = analyze_layer(t, lr);
       for (int64_t h = 0; h < cf.n_head; ++h) {
@@ -138,7 +139,8 @@ TEST_P(CacheEval, FirstTokenEqualsMaskAndPerturbationEqualsBound) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CacheEval,
                          ::testing::Values(Case{"tiny_llama_gqa", 48, 6}, Case{"tiny_qwen2_bias", 40, 5},
-                                           Case{"default", 160, 12}),
+                                           // layers 1-3 slide (window 12): eviction among the 11 held entries
+                                           Case{"tiny_qwen2_swa", 40, 5}, Case{"default", 160, 12}),
                          [](const ::testing::TestParamInfo<Case>& p) { return p.param.model; });
 
 // --compress prompt: the whole prompt is evictable; the first row that reads the compressed
@@ -251,6 +253,7 @@ TEST_P(CacheEvalSteps, EveryStepEqualsBoundAndMask) {
       for (int64_t st = 0; st < steps; ++st) lr.eval_rows.push_back(n + st);
       lr.layer = l;
       lr.n_layer = cf.n_layer;
+      lr.window = cf.window_of(l);  // a sliding layer: bound's attention is the window's
       for (int64_t g = 0; g < cf.n_kv_head; ++g) lr.file_kept.push_back(complement(run.plan.at(l, g), c));
       const LayerResult b = analyze_layer(t, lr);
       for (int64_t st = 0; st < steps; ++st)

@@ -74,7 +74,8 @@ EvictionPlan random_plan(const Model& m, int64_t budget, uint64_t seed) {
 }
 
 // Max |recorded masked head output - output over physically reduced K/V|, computed here in
-// double from the recorded post-RoPE Q/K/V: the evicted rows are removed from K and V.
+// double from the recorded post-RoPE Q/K/V: the evicted rows are removed from K and V (and
+// a sliding layer's keys outside each row's window).
 double physical_gap(const Model& m, const Keep& keep, const EvictionPlan& plan, double& scale) {
   const ModelConfig& c = m.config;
   const int64_t d = c.d_head, group = c.n_head / c.n_kv_head, n_eval = kSeq - kC;
@@ -85,10 +86,11 @@ double physical_gap(const Model& m, const Keep& keep, const EvictionPlan& plan, 
     for (int64_t h = 0; h < c.n_head; ++h) {
       const int64_t g = h / group;
       const std::vector<char> ev = plan.evicted_flags(l, g);
+      const int64_t window = c.window_of(l);  // a sliding layer's row p sees (p - W, p]
       for (int64_t i = 0; i < n_eval; ++i) {
         const int64_t p = kC + i;
         std::vector<int64_t> keys;
-        for (int64_t j = 0; j <= p; ++j)
+        for (int64_t j = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0; j <= p; ++j)
           if (j >= kC || !ev[static_cast<size_t>(j)]) keys.push_back(j);
         Eigen::MatrixXd K(keys.size(), d), V(keys.size(), d);
         for (size_t r = 0; r < keys.size(); ++r)
@@ -300,6 +302,62 @@ TEST_P(MaskModels, MethodSelectedInsideThePassIsExactAndKeepsTheBudget) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, MaskModels, ::testing::Values("tiny_llama_gqa", "tiny_llama_tied", "tiny_qwen2_bias"));
+
+// A model with sliding layers (tiny_qwen2_swa: layers 1-3, window 12; docs/MODELS.md
+// "Sliding-window attention"): ckv mask's own recomputation (S, Theorem 3.2, the physically
+// reduced cache) follows each row's window, and a method selected inside the pass keeps
+// min(budget, held) entries among the 11 the first question row's window holds [17, 28).
+TEST(MaskSliding, MetricsFollowTheWindowAndMethodsKeepWhatTheLayerHolds) {
+  const Model& m = tiny("tiny_qwen2_swa");
+  const int64_t nl = m.config.n_layer, nkv = m.config.n_kv_head, window = m.config.sliding_window;
+  ASSERT_EQ(window, 12);
+  ASSERT_EQ(m.config.window_of(0), 0);
+  for (int64_t budget : {int64_t{3}, kC / 2, kC - 1}) {
+    const EvictionPlan plan = random_plan(m, budget, 5 + static_cast<uint64_t>(budget));
+    MaskCapture cap(m.config, m.weights, eval_rows(), kC, &plan, {.verify_physical = true});
+    Forward fwd(m, {.threads = 1});
+    ForwardRequest req = cap.request();
+    req.mask = plan.to_mask(kSeq);
+    fwd.run(tokens(), req);
+    EXPECT_LE(cap.physical_max_diff, 2e-6 * std::max(1.0, cap.physical_max_abs)) << budget;
+    for (double e : cap.renorm_err) EXPECT_LE(e, 1e-6) << budget;
+    Keep keep;
+    run(m, keep, &plan);
+    double scale = 0;
+    EXPECT_LE(physical_gap(m, keep, plan, scale), 2e-6 * std::max(1.0, scale)) << budget;
+  }
+  std::vector<int64_t> layers, heads;
+  for (int64_t l = 0; l < nl; ++l) layers.push_back(l);
+  for (int64_t g = 0; g < nkv; ++g) heads.push_back(g);
+  const int64_t held_from = kC - window + 1, held = kC - held_from;
+  for (const char* method : {"snapkv", "criticalkv(snapkv)", "streaming", "h2o"})
+    for (int64_t budget : {int64_t{5}, int64_t{14}}) {
+      EvictionPlan plan = EvictionPlan::none(nl, nkv, kC, kSeq);
+      SelectionParams sp;
+      sp.window = 4;
+      Keep keep;
+      Forward fwd(m, {.threads = 1});
+      ForwardRequest req;
+      req.record = {.layers = {}, .qkv = true, .attn_rows = eval_rows(), .head_out_rows = eval_rows(), .residual = true};
+      req.recorder = &keep;
+      req.layer_mask = method_mask_source(m.config, m.weights, {.method = MethodSpec::parse(method), .budget = budget,
+                                          .params = sp, .c = kC, .eval_rows = eval_rows(), .layers = layers,
+                                          .kv_heads = heads, .pool = nullptr, .layer_totals = {}}, &plan);
+      fwd.run(tokens(), req);
+      for (int64_t l = 0; l < nl; ++l)
+        for (int64_t g = 0; g < nkv; ++g) {
+          const std::vector<char> ev = plan.evicted_flags(l, g);
+          int64_t kept = 0;
+          for (int64_t i = 0; i < kC; ++i) {
+            kept += ev[static_cast<size_t>(i)] ? 0 : 1;
+            if (m.config.window_of(l) > 0 && i < held_from) EXPECT_TRUE(ev[static_cast<size_t>(i)]) << method << " " << i;
+          }
+          EXPECT_EQ(kept, m.config.window_of(l) > 0 ? std::min(budget, held) : budget) << method << " layer " << l;
+        }
+      double scale = 0;
+      EXPECT_LE(physical_gap(m, keep, plan, scale), 2e-6 * std::max(1.0, scale)) << method;
+    }
+}
 
 }  // namespace
 }  // namespace ckv

@@ -2,10 +2,12 @@
 // names, malformed or empty selections: each is one clear error (library and CLI).
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "analysis/headkv.h"
 #include "analysis/mask_plan.h"
@@ -148,6 +150,56 @@ TEST(MaskCli, RunsOnTheTinyModelWithPlaceboAndPhysicalCheck) {
   std::string header;
   std::getline(csv, header);
   EXPECT_EQ(header, "record,run,layer,head,position,metric,value");
+}
+
+// A model with sliding layers (tiny_qwen2_swa: layer 0 full, layer 1 window 12): the mask
+// CSV says each layer's window, the bound CSV has its sliding_window column, and a method
+// keeps no more than the sliding layer holds (the 11 entries of the question's window).
+TEST(MaskCli, SlidingLayersAreMarkedInTheCsvFiles) {
+  const auto dir = test::scratch_dir("mask_cli");
+  const std::string swa = std::string(CKV_TEST_DATA_DIR) + "/models/tiny_qwen2_swa";
+  const test::RunResult r = test::run_ckv("mask -q --model " + swa + " --tokens " + ids(dir) +
+                                          " --context-end 24 --method snapkv --window 4 --budget 0.75 --csv " +
+                                          (dir / "m.csv").string() + " -o " + (dir / "m.h5").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream csv(dir / "m.csv");
+  std::map<std::string, std::string> window;  // layer -> value
+  for (std::string line; std::getline(csv, line);)
+    if (line.find(",sliding_window,") != std::string::npos && line.find(",target,") != std::string::npos) {
+      const std::string layer = line.substr(line.find(",target,") + 8, 1);
+      window[layer] = line.substr(line.rfind(',') + 1);
+    }
+  EXPECT_EQ(window, (std::map<std::string, std::string>{{"0", "0"}, {"1", "12"}}));
+  const h5::Group t = h5::File::open_read(dir / "m.h5").open_group("records/0/runs/target");
+  const std::vector<uint8_t> evicted = t.open_dataset("evicted").read<uint8_t>();  // [layer, kv_head, c]
+  for (int64_t g = 0; g < 2; ++g) {
+    int64_t kept0 = 0, kept1 = 0;
+    for (int64_t i = 0; i < 24; ++i) {
+      kept0 += evicted[static_cast<size_t>(g * 24 + i)] ? 0 : 1;
+      kept1 += evicted[static_cast<size_t>((2 + g) * 24 + i)] ? 0 : 1;
+    }
+    EXPECT_EQ(kept0, 18);  // 0.75 of 24
+    EXPECT_EQ(kept1, 11);  // what layer 1's window holds for the question
+  }
+  const test::RunResult b = test::run_ckv("bound -q --model " + swa + " --tokens " + ids(dir) +
+                                          " --context-end 24 --methods snapkv --window 4 --budgets 0.5 -o " +
+                                          (dir / "b").string());
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  std::ifstream bcsv(dir / "b.csv");
+  std::string header, row;
+  std::getline(bcsv, header);
+  EXPECT_NE(header.find(",below_window,sliding_window,L1,"), std::string::npos) << header;
+  std::set<std::string> columns;
+  while (std::getline(bcsv, row)) {
+    std::vector<std::string> cells;
+    for (size_t at = 0, next; at <= row.size(); at = next + 1) {
+      next = row.find(',', at);
+      if (next == std::string::npos) next = row.size();
+      cells.push_back(row.substr(at, next - at));
+    }
+    columns.insert(cells.at(3) + ":" + cells.at(11));  // layer:sliding_window
+  }
+  EXPECT_EQ(columns, (std::set<std::string>{"0:0", "1:12"}));
 }
 
 // --compare runs a second method at the same budget beside --method: its run equals the

@@ -10,6 +10,7 @@
 #include "analysis/oracle.h"
 #include "analysis/perturbation.h"
 #include "analysis/value_norms.h"
+#include "core/error.h"
 
 namespace ckv {
 namespace {
@@ -87,6 +88,106 @@ TEST(Perturbation, BoundInvariantsOverRandomLayers) {
   }
   EXPECT_GT(checked, 10000);
   EXPECT_GT(with_assumption, 1000);
+}
+
+// A sliding-window layer (docs/MODELS.md "Sliding-window attention"): every selection
+// keeps only entries the first evaluation query's window holds, min(budget, held) of them,
+// and L1/L2 equal ||o - o'|| computed here from scratch over the window: softmax over
+// (p - W, p], the kept entries renormalised. The Theorem 3.3 bound holds there too.
+TEST(Perturbation, SlidingWindowLayerSelectsAmongHeldEntriesAndMeasuresTheWindow) {
+  std::mt19937 rng(11);
+  int64_t checked = 0, evicting = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t c = 24 + static_cast<int64_t>(rng() % 40), nq = static_cast<int64_t>(rng() % 3);
+    RandomLayer l = make_layer(rng, c, nq);
+    const int64_t window = 12 + static_cast<int64_t>(rng() % 10);
+    l.req.window = window;
+    l.req.params.window = 4;
+    const int64_t p0 = l.req.eval_rows.front(), held_from = std::max<int64_t>(0, p0 - window + 1);
+    const int64_t held = c - held_from;
+    l.req.budgets = {1, 5, held - 1, held, c};
+    LayerTensors t{&l.q, &l.k, &l.v, &l.wo, &l.nu.l1, &l.nu.l2};
+    const LayerResult r = analyze_layer(t, l.req);
+    ASSERT_EQ(r.c, c);
+    EXPECT_EQ(held_start(l.req), held_from);
+    const int64_t n_kv = l.k.dim(0), group = l.q.dim(0) / n_kv, d = l.q.dim(2), d_model = l.wo.dim(0);
+    const int64_t n = l.q.dim(1);
+    // The layer-selection entry point (mask, eval) selects the same sets.
+    const std::vector<Selection> sel = layer_selections(t, l.req);
+    for (int64_t m = 0; m < r.n_method; ++m)
+      for (int64_t b = 0; b < r.n_budget; ++b) {
+        const int64_t want = std::min(l.req.budgets[static_cast<size_t>(b)].kept, held);
+        for (int64_t g = 0; g < n_kv; ++g) {
+          const int64_t base = (m * r.n_budget + b) * n_kv + g;
+          std::vector<int64_t> kept;
+          for (int64_t i = 0; i < c; ++i)
+            if (r.kept_mask[static_cast<size_t>(base * c + i)]) kept.push_back(i);
+          EXPECT_EQ(kept, sel[static_cast<size_t>(m * r.n_budget + b)].kept[static_cast<size_t>(g)]);
+          if (l.req.methods[static_cast<size_t>(m)].name().find("adakv") == std::string::npos)
+            EXPECT_EQ(static_cast<int64_t>(kept.size()), want) << l.req.methods[static_cast<size_t>(m)].name();
+          for (int64_t i : kept) EXPECT_GE(i, held_from);
+          // o - o' per query head of this KV head, in double from the inputs.
+          std::vector<char> keep(static_cast<size_t>(n), 1);
+          for (int64_t i = 0; i < c; ++i) keep[static_cast<size_t>(i)] = 0;
+          for (int64_t i : kept) keep[static_cast<size_t>(i)] = 1;
+          for (int64_t h = g * group; h < (g + 1) * group; ++h)
+            for (int64_t qi = 0; qi < r.n_query; ++qi) {
+              const int64_t p = l.req.eval_rows[static_cast<size_t>(qi)];
+              std::vector<double> logit(static_cast<size_t>(p + 1), 0.0);
+              double mx = -1e300;
+              for (int64_t j = std::max<int64_t>(0, p - window + 1); j <= p; ++j) {
+                double s = 0;
+                for (int64_t x = 0; x < d; ++x)
+                  s += double{l.q.data()[(h * n + p) * d + x]} * double{l.k.data()[(g * n + j) * d + x]};
+                logit[static_cast<size_t>(j)] = s / std::sqrt(static_cast<double>(d));
+                mx = std::max(mx, logit[static_cast<size_t>(j)]);
+              }
+              std::vector<double> o(static_cast<size_t>(d), 0.0), o2(static_cast<size_t>(d), 0.0);
+              double z = 0, z2 = 0;
+              for (int64_t j = std::max<int64_t>(0, p - window + 1); j <= p; ++j) {
+                const double e = std::exp(logit[static_cast<size_t>(j)] - mx);
+                z += e;
+                if (keep[static_cast<size_t>(j)]) z2 += e;
+              }
+              for (int64_t j = std::max<int64_t>(0, p - window + 1); j <= p; ++j) {
+                const double e = std::exp(logit[static_cast<size_t>(j)] - mx);
+                for (int64_t x = 0; x < d; ++x) {
+                  const double vj = l.v.data()[(g * n + j) * d + x];
+                  o[static_cast<size_t>(x)] += e / z * vj;
+                  if (keep[static_cast<size_t>(j)]) o2[static_cast<size_t>(x)] += e / z2 * vj;
+                }
+              }
+              double l1 = 0;
+              for (int64_t y = 0; y < d_model; ++y) {
+                double diff = 0;
+                for (int64_t x = 0; x < d; ++x)
+                  diff += double{l.wo.data()[y * l.wo.dim(1) + h * d + x]} * (o[static_cast<size_t>(x)] - o2[static_cast<size_t>(x)]);
+                l1 += std::abs(diff);
+              }
+              const MetricRow& got = r.at(m, b, h, qi);
+              EXPECT_NEAR(got[kL1], l1, 1e-9 * (1 + l1)) << "trial " << trial << " budget " << b;
+              EXPECT_LE(got[kL1], got[kTheta] + 1e-9 * (1 + got[kValueMass]));
+              if (want >= held) EXPECT_NEAR(got[kL1], 0.0, 1e-12);
+              evicting += want < held && l1 > 1e-9;
+              ++checked;
+            }
+        }
+      }
+  }
+  EXPECT_GT(checked, 2000);
+  EXPECT_GT(evicting, 500);
+  // What a held part cannot do is refused.
+  std::mt19937 rng2(3);
+  RandomLayer l = make_layer(rng2, 40, 1);
+  l.req.window = 10;
+  l.req.budgets = {5};
+  l.req.methods = {MethodSpec::parse("expectedattention")};
+  LayerTensors t{&l.q, &l.k, &l.v, &l.wo, &l.nu.l1, &l.nu.l2};
+  EXPECT_THROW(analyze_layer(t, l.req), InputError);
+  l.req.methods = {MethodSpec::parse("snapkv")};
+  l.req.eval_rows = {40};
+  l.req.window = 1;  // the query sees only itself: no context entry held
+  EXPECT_THROW(analyze_layer(t, l.req), InputError);
 }
 
 TEST(Perturbation, MaskedSoftmaxEqualsRenormalisedAttention) {

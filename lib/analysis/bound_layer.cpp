@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <span>
 
 #include "analysis/defensivekv.h"
@@ -27,10 +28,11 @@ bool uses(const std::vector<MethodSpec>& methods, MethodSpec::Kind kind) {
 
 struct Dims {
   int64_t n_head, n_kv_head, seq, d_head, d_model, group;
+  int64_t window;  // the layer's sliding window, 0: none
 };
 
-Dims dims_of(const LayerTensors& t) {
-  Dims d{t.q->dim(0), t.k->dim(0), t.q->dim(1), t.q->dim(2), t.wo->dim(0), 0};
+Dims dims_of(const LayerTensors& t, int64_t window) {
+  Dims d{t.q->dim(0), t.k->dim(0), t.q->dim(1), t.q->dim(2), t.wo->dim(0), 0, window};
   d.group = d.n_head / d.n_kv_head;
   return d;
 }
@@ -66,7 +68,7 @@ MatrixD head_attention(const LayerTensors& t, const Dims& d, const MatrixD& kd, 
   MatrixD q(static_cast<int64_t>(rows.size()), d.d_head);  // [rows, d_head]
   for (size_t i = 0; i < rows.size(); ++i)
     q.row(static_cast<int64_t>(i)) = ConstMatrixMap(q_row(t, d, h, rows[i]), 1, d.d_head).cast<double>();
-  return attention_rows(q, kd, rows);
+  return attention_rows(q, kd, rows, d.window);
 }
 
 // Σ over the query rows [first, last) of head h's attention, keys [0, cols).
@@ -93,7 +95,7 @@ void for_each(ThreadPool* pool, int64_t count, const std::function<void(int64_t)
 // ([n_head] of [n_query, max(eval_rows)+1]) when `eval` is given.
 SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool need_snapkv,
                              bool need_h2o, ThreadPool* pool, std::vector<MatrixD>* eval) {
-  const Dims d = dims_of(t);
+  const Dims d = dims_of(t, r.window);
   const int64_t c = r.c;
   const int64_t w = r.params.window, prefix = c - w;
   if (need_snapkv && w >= c) fail<InputError>("--window {}: not shorter than the context of {} tokens", w, c);
@@ -181,21 +183,140 @@ SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool 
   return in;
 }
 
+// A sliding layer's held part [h, seq) (held_start): copies of its rows from h on, and the
+// request in their coordinates (c - h held context entries, evaluation rows - h, budgets
+// of at most c - h entries, the selection file's positions - h).
+struct HeldPart {
+  int64_t start = 0;
+  Tensor q, k, v, nu_l1, nu_l2;
+  LayerTensors t;
+  LayerRequest r;
+};
+
+// Rows [start, dim(1)) of every slice x[a] of x [a, seq, ...]: [a, seq - start, ...].
+Tensor rows_from(const Tensor& x, int64_t start) {
+  std::vector<int64_t> shape = x.shape();
+  const int64_t seq = shape[1], inner = x.numel() / (shape[0] * seq);
+  shape[1] = seq - start;
+  Tensor out(shape);
+  for (int64_t a = 0; a < shape[0]; ++a)
+    std::copy_n(x.data() + (a * seq + start) * inner, shape[1] * inner, out.data() + a * shape[1] * inner);
+  return out;
+}
+
+std::unique_ptr<HeldPart> held_part(const LayerTensors& t, const LayerRequest& r) {
+  const int64_t h = held_start(r);
+  if (h == 0) return nullptr;
+  if (h >= r.c)
+    fail<InputError>("layer {}: its sliding window of {} keys holds no context entry for the queries that read "
+                     "it (the window starts at {}, the context ends at {}); leave the layer out (--layers)",
+                     r.layer, r.window, h, r.c);
+  for (const MethodSpec& m : r.methods)
+    if (m.layer_global())
+      fail<InputError>("layer {}: {} shares one budget over all layers, which is not defined with sliding-window "
+                       "layers that hold only their window (docs/MODELS.md \"Sliding-window attention\")",
+                       r.layer, m.name());
+  if (uses(r.methods, MethodSpec::Kind::ExpectedAttention))
+    fail<InputError>("layer {}: expectedattention reads absolute positions (its sinks and RoPE angles), which a "
+                     "sliding-window layer holding only [{}, {}) no longer has; leave the sliding layers out (--layers)",
+                     r.layer, h, r.c);
+  auto part = std::make_unique<HeldPart>();
+  part->start = h;
+  part->q = rows_from(*t.q, h);
+  part->k = rows_from(*t.k, h);
+  part->v = rows_from(*t.v, h);
+  if (t.nu_l1) part->nu_l1 = rows_from(*t.nu_l1, h);
+  if (t.nu_l2) part->nu_l2 = rows_from(*t.nu_l2, h);
+  part->t = {&part->q, &part->k, &part->v, t.wo, t.nu_l1 ? &part->nu_l1 : nullptr, t.nu_l2 ? &part->nu_l2 : nullptr};
+  LayerRequest& pr = part->r;
+  pr = r;
+  pr.c = r.c - h;
+  for (int64_t& p : pr.eval_rows) p -= h;
+  if (pr.first_reader >= 0) pr.first_reader -= h;
+  for (Budget& b : pr.budgets) b = Budget(std::min(b.kept, pr.c));
+  for (std::vector<int64_t>& head : pr.file_kept) {
+    std::vector<int64_t> held;
+    for (int64_t i : head)
+      if (i >= h) held.push_back(i - h);
+    head = std::move(held);
+  }
+  return part;
+}
+
+// Positions of a held part's selections back in the layer's [0, c).
+void shift(std::vector<Selection>& selections, int64_t start) {
+  for (Selection& s : selections)
+    for (auto* sets : {&s.kept, &s.stage1})
+      for (std::vector<int64_t>& head : *sets)
+        for (int64_t& i : head) i += start;
+}
+
+// Every (method, budget) selection of the layer from its scores; `skipped` ones (the
+// oracle beyond --oracle-max-n) stay empty.
+std::vector<Selection> select_all(const SelectionInputs& in, const LayerRequest& r, const std::vector<char>& skipped,
+                                  ThreadPool* pool) {
+  const auto n_budget = static_cast<int64_t>(r.budgets.size());
+  const auto n_sel = static_cast<int64_t>(r.methods.size()) * n_budget;
+  std::vector<Selection> selections(static_cast<size_t>(n_sel));
+  for_each(pool, n_sel, [&](int64_t mb) {
+    if (!skipped.empty() && skipped[static_cast<size_t>(mb)]) return;
+    selections[static_cast<size_t>(mb)] = select(r.methods[static_cast<size_t>(mb / n_budget)], in,
+                                                 r.budgets[static_cast<size_t>(mb % n_budget)], r.params);
+  });
+  return selections;
+}
+
+bool uses_snapkv_scores(const std::vector<MethodSpec>& methods) {
+  return std::any_of(methods.begin(), methods.end(), [](const MethodSpec& m) { return m.uses_snapkv(); });
+}
+
+// analyze_layer over a held part's coordinates, widened back to [0, c).
+LayerResult widen(LayerResult part, int64_t start, int64_t c) {
+  const int64_t held = part.c;
+  std::vector<uint8_t> mask(static_cast<size_t>(part.n_method * part.n_budget * part.n_kv_head * c), 0);
+  for (int64_t row = 0; row < part.n_method * part.n_budget * part.n_kv_head; ++row)
+    std::copy_n(part.kept_mask.begin() + row * held, held, mask.begin() + row * c + start);
+  part.kept_mask = std::move(mask);
+  part.c = c;
+  return part;
+}
+
 }  // namespace
+
+int64_t held_start(const LayerRequest& r) {
+  if (r.window <= 0 || (r.eval_rows.empty() && r.first_reader < 0)) return 0;
+  const int64_t reader =
+      r.first_reader >= 0 ? r.first_reader : *std::min_element(r.eval_rows.begin(), r.eval_rows.end());
+  return std::min(r.c, window_start(reader, r.window));
+}
 
 SelectionInputs selection_inputs(const LayerTensors& t, const LayerRequest& r, bool need_snapkv,
                                  bool need_h2o, ThreadPool* pool) {
+  if (held_start(r) > 0)
+    fail<InputError>("layer {}: the scores of a sliding-window layer are over its held entries (layer_selections)",
+                     r.layer);
   return layer_inputs(t, r, need_snapkv, need_h2o, pool, nullptr);
 }
 
+std::vector<Selection> layer_selections(const LayerTensors& t, const LayerRequest& r, ThreadPool* pool) {
+  if (const auto part = held_part(t, r)) {
+    std::vector<Selection> out = layer_selections(part->t, part->r, pool);
+    shift(out, part->start);
+    return out;
+  }
+  const SelectionInputs in =
+      layer_inputs(t, r, uses_snapkv_scores(r.methods), uses(r.methods, MethodSpec::Kind::H2O), pool, nullptr);
+  return select_all(in, r, {}, pool);
+}
+
 LayerResult analyze_layer(const LayerTensors& t, const LayerRequest& r, ThreadPool* pool) {
-  const Dims d = dims_of(t);
+  if (const auto part = held_part(t, r)) return widen(analyze_layer(part->t, part->r, pool), part->start, r.c);
+  const Dims d = dims_of(t, r.window);
   const int64_t c = r.c;
   if (c <= 0 || c > d.seq) fail<InputError>("bound: context end {} outside [1, {}]", c, d.seq);
   std::vector<MatrixD> attn;  // [n_head] of [n_query, max(eval_rows)+1]
-  const bool snap = std::any_of(r.methods.begin(), r.methods.end(), [](const MethodSpec& m) { return m.uses_snapkv(); });
-  SelectionInputs in = layer_inputs(t, r, snap,
-                                    uses(r.methods, MethodSpec::Kind::H2O), pool, &attn);
+  SelectionInputs in = layer_inputs(t, r, uses_snapkv_scores(r.methods), uses(r.methods, MethodSpec::Kind::H2O),
+                                    pool, &attn);
   const auto n_query = static_cast<int64_t>(r.eval_rows.size());
 
   LayerResult out;
@@ -230,15 +351,11 @@ LayerResult analyze_layer(const LayerTensors& t, const LayerRequest& r, ThreadPo
 
   // Selections, [method, budget]; each is independent of the others.
   const int64_t n_sel = out.n_method * out.n_budget;
-  std::vector<Selection> selections(static_cast<size_t>(n_sel));
   std::vector<char> skipped(static_cast<size_t>(n_sel), 0);
-  for_each(pool, n_sel, [&](int64_t mb) {
-    const MethodSpec& method = r.methods[static_cast<size_t>(mb / out.n_budget)];
-    skipped[static_cast<size_t>(mb)] = method.leaf().kind == MethodSpec::Kind::Oracle && out.oracle_skipped;
-    if (!skipped[static_cast<size_t>(mb)])
-      selections[static_cast<size_t>(mb)] =
-          select(method, in, r.budgets[static_cast<size_t>(mb % out.n_budget)], r.params);
-  });
+  for (int64_t mb = 0; mb < n_sel; ++mb)
+    skipped[static_cast<size_t>(mb)] =
+        r.methods[static_cast<size_t>(mb / out.n_budget)].leaf().kind == MethodSpec::Kind::Oracle && out.oracle_skipped;
+  const std::vector<Selection> selections = select_all(in, r, skipped, pool);
   out.kept_mask.assign(static_cast<size_t>(n_sel * d.n_kv_head * c), 0);
   out.kept_count.assign(static_cast<size_t>(n_sel * d.n_kv_head), 0);
   for (int64_t mb = 0; mb < n_sel; ++mb) {
@@ -263,7 +380,7 @@ LayerResult analyze_layer(const LayerTensors& t, const LayerRequest& r, ThreadPo
     ht.head = h;
     ht.nu_l1 = std::span<const float>(t.nu_l1->data() + h * d.seq, static_cast<size_t>(d.seq));
     ht.nu_l2 = std::span<const float>(t.nu_l2->data() + h * d.seq, static_cast<size_t>(d.seq));
-    const HeadEval e(ht, attn[static_cast<size_t>(h)], r.eval_rows, c, r.nu_min);
+    const HeadEval e(ht, attn[static_cast<size_t>(h)], r.eval_rows, c, r.nu_min, r.window);
     attn[static_cast<size_t>(h)] = MatrixD();  // HeadEval holds its own copy
     std::vector<HeadSelection> todo;
     for (int64_t mb = 0; mb < n_sel; ++mb) {

@@ -11,6 +11,17 @@
 // >= c (the question) or, with no question, the last token. The attention of an
 // evaluation query is its full causal softmax over [0, p]; the "attn" method ranks by its
 // mean over the evaluation queries.
+//
+// A sliding-window layer (LayerRequest::window = W > 0; docs/MODELS.md "Sliding-window
+// attention") holds, for its evaluation queries, only the entries [h, c) with
+// h = max(0, p_first - W + 1), p_first the first evaluation query (or
+// LayerRequest::first_reader): a query p attends to
+// (p - W, p], and the cache drops what no later query sees. Every method selects among the
+// held entries only, as on a context of c - h entries (scores, windows and budgets over
+// them; streaming's sinks are the first held entries), and a budget of b entries keeps
+// min(b, c - h): a layer that already holds no more than b entries loses nothing. The
+// attention rows are the window's. Kept masks and positions stay in [0, c), the entries
+// before h never kept.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -52,6 +63,11 @@ struct LayerRequest {
   // The model's RoPE frequencies (rope_inv_freq): expectedattention undoes the queries'
   // rotation and averages it over future positions. Required when a method uses it.
   std::shared_ptr<const std::vector<float>> rope_inv_freq;
+  int64_t window = 0;  // the layer's sliding window (ModelConfig::window_of); 0: full attention
+  // The first query that reads the compressed cache, whose window decides what a sliding
+  // layer holds; -1: the first evaluation query (`ckv eval` sets c: the question's first
+  // token or the first decoded one).
+  int64_t first_reader = -1;
 };
 
 struct LayerResult {
@@ -77,5 +93,15 @@ SelectionInputs selection_inputs(const LayerTensors& t, const LayerRequest& requ
 
 LayerResult analyze_layer(const LayerTensors& t, const LayerRequest& request,
                           ThreadPool* pool = nullptr);
+
+// The first entry a sliding layer still holds for the request's evaluation queries (0 for a
+// full-attention layer, or a window that reaches position 0).
+int64_t held_start(const LayerRequest& request);
+
+// Every method's selection at every budget, [method * n_budget + budget], as analyze_layer
+// makes them (held entries only on a sliding layer), positions in [0, c): what `ckv mask`
+// and `ckv eval` evict.
+std::vector<Selection> layer_selections(const LayerTensors& t, const LayerRequest& request,
+                                        ThreadPool* pool = nullptr);
 
 }  // namespace ckv

@@ -82,7 +82,9 @@ class LayerSelector {
       : model_(model), plans_(std::move(plans)), c_(c), eval_rows_(std::move(eval_rows)), params_(params),
         totals_(std::move(totals)), pool_(pool),
         inv_freq_(std::make_shared<const std::vector<float>>(rope_inv_freq(model.config, model.weights.rope_freq_factors))) {
-    for (const Planned* p : plans_) methods_.push_back(p->method);
+    for (const Planned* p : plans_)
+      if (std::none_of(methods_.begin(), methods_.end(), [&](const MethodSpec& m) { return m.name() == p->method.name(); }))
+        methods_.push_back(p->method);
     for (const Planned* p : plans_)
       if (std::find(budgets_.begin(), budgets_.end(), p->budget) == budgets_.end()) budgets_.push_back(p->budget);
   }
@@ -105,12 +107,15 @@ class LayerSelector {
     lr.layer = layer;
     lr.n_layer = cf.n_layer;
     lr.rope_inv_freq = inv_freq_;  // expectedattention undoes the queries' rotation
+    lr.window = cf.window_of(layer);
+    lr.first_reader = c_;  // the question's first token, or the first decoded one
     for (const auto& [budget, per_layer] : totals_) lr.layer_totals[budget] = per_layer.at(layer);
-    const bool snap = std::any_of(methods_.begin(), methods_.end(), [](const MethodSpec& m) { return m.uses_snapkv(); });
-    SelectionInputs in = selection_inputs(t, lr, snap, any_of_kind(methods_, Kind::H2O), &pool_);
-    in.layer_totals = lr.layer_totals;
+    std::vector<Selection> all = layer_selections(t, lr, &pool_);  // [method * budget]
     for (Planned* p : plans_) {
-      Selection sel = select(p->method, in, p->budget, params_);
+      const auto m = std::find_if(methods_.begin(), methods_.end(),
+                                  [&](const MethodSpec& x) { return x.name() == p->method.name(); }) - methods_.begin();
+      const auto b = std::find(budgets_.begin(), budgets_.end(), p->budget) - budgets_.begin();
+      Selection sel = std::move(all[static_cast<size_t>(m) * budgets_.size() + static_cast<size_t>(b)]);
       p->stage1.resize(static_cast<size_t>(cf.n_layer * cf.n_kv_head));
       for (int64_t g = 0; g < cf.n_kv_head; ++g) {
         p->plan.at(layer, g) = complement(sel.kept[static_cast<size_t>(g)], c_);
@@ -159,6 +164,7 @@ class FirstTokenProbe {
   void measure(int64_t layer, const Tensor& q, const KvCache& cache) {
     const ModelConfig& cf = model_.config;
     const int64_t group = cf.n_head / cf.n_kv_head, d = cf.d_head, len = n_ + 1;
+    const int64_t window = cf.window_of(layer);  // a sliding layer's query sees (n - W, n]
     const Tensor wo = model_.weights.layers[static_cast<size_t>(layer)].wo.to_f32();
     // Kept evictable positions per plan and KV head (< c; entries >= c are never evicted).
     std::vector<std::vector<std::vector<int64_t>>> kept(plans_.size());
@@ -172,7 +178,7 @@ class FirstTokenProbe {
       const MatrixD qd = Eigen::Map<const RowMatrix>(q.data() + h * d, 1, d).cast<double>();
       const MatrixD kd = Eigen::Map<const RowMatrix>(cache.keys(layer, g).data(), len, d).cast<double>();
       const std::vector<int64_t> pos{n_};
-      const MatrixD attn = attention_rows(qd, kd, pos);  // [1, len]
+      const MatrixD attn = attention_rows(qd, kd, pos, window);  // [1, len]
       HeadTensors ht;
       ht.v = cache.values(layer, g).data();
       ht.wo = wo.data();
@@ -182,7 +188,7 @@ class FirstTokenProbe {
       ht.head = h;
       ht.nu_l1 = zeros;
       ht.nu_l2 = zeros;
-      const HeadEval e(ht, attn, pos, c_);
+      const HeadEval e(ht, attn, pos, c_, NuMinReading::All, window);
       std::vector<MetricRow> rows(plans_.size());
       std::vector<HeadSelection> todo;
       for (size_t p = 0; p < plans_.size(); ++p)
@@ -222,6 +228,7 @@ class StepProbe {
   void measure(int64_t layer, const Tensor& q, const KvCache& cache) {
     const ModelConfig& cf = model_.config;
     const int64_t group = cf.n_head / cf.n_kv_head, d = cf.d_head, len = n_ + steps_;
+    const int64_t window = cf.window_of(layer);
     const Tensor wo = model_.weights.layers[static_cast<size_t>(layer)].wo.to_f32();
     Tensor k, v;
     cache_rows(cache, layer, len, k, v);
@@ -239,7 +246,7 @@ class StepProbe {
       const int64_t g = h / group;
       const MatrixD qd = Eigen::Map<const RowMatrix>(q.data() + h * steps_ * d, steps_, d).cast<double>();
       const MatrixD kd = Eigen::Map<const RowMatrix>(k.data() + g * len * d, len, d).cast<double>();
-      const MatrixD attn = attention_rows(qd, kd, pos);  // [steps, len]
+      const MatrixD attn = attention_rows(qd, kd, pos, window);  // [steps, len]
       HeadTensors ht;
       ht.v = v.data() + g * len * d;
       ht.wo = wo.data();
@@ -249,7 +256,7 @@ class StepProbe {
       ht.head = h;
       ht.nu_l1 = std::span<const float>(nu.l1.data() + h * len, static_cast<size_t>(len));
       ht.nu_l2 = std::span<const float>(nu.l2.data() + h * len, static_cast<size_t>(len));
-      const HeadEval e(ht, attn, pos, c_);
+      const HeadEval e(ht, attn, pos, c_, NuMinReading::All, window);
       std::vector<MetricRow> rows(plans_.size() * static_cast<size_t>(steps_));
       std::vector<HeadSelection> todo;
       for (size_t p = 0; p < plans_.size(); ++p)

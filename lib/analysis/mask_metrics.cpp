@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "analysis/perturbation.h"
 #include "analysis/value_norms.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -12,23 +13,24 @@ namespace ckv {
 
 namespace {
 
-// Softmax over keys [0, p] of q·k / sqrt(d) in double, restricted to `keep` (null: all).
-// out: [p+1], 0 where not kept.
-void softmax_row(const float* q, const float* k, int64_t d, int64_t p, const char* evicted,
+// Softmax over keys [first, p] of q·k / sqrt(d) in double (first > 0: a sliding window),
+// restricted to the entries not `evicted` (null: all). out: [p+1], 0 where not attended.
+void softmax_row(const float* q, const float* k, int64_t d, int64_t first, int64_t p, const char* evicted,
                  int64_t c, std::vector<double>& out) {
   out.assign(static_cast<size_t>(p + 1), 0.0);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   double mx = -std::numeric_limits<double>::infinity();
-  for (int64_t i = 0; i <= p; ++i) {
-    if (evicted != nullptr && i < c && evicted[i]) continue;
+  const auto attended = [&](int64_t i) { return !(evicted != nullptr && i < c && evicted[i]); };
+  for (int64_t i = first; i <= p; ++i) {
+    if (!attended(i)) continue;
     double s = 0;
     for (int64_t t = 0; t < d; ++t) s += double{q[t]} * double{k[i * d + t]};
     out[static_cast<size_t>(i)] = s * scale;
     mx = std::max(mx, s * scale);
   }
   double sum = 0;
-  for (int64_t i = 0; i <= p; ++i) {
-    if (evicted != nullptr && i < c && evicted[i]) continue;
+  for (int64_t i = first; i <= p; ++i) {
+    if (!attended(i)) continue;
     out[static_cast<size_t>(i)] = std::exp(out[static_cast<size_t>(i)] - mx);
     sum += out[static_cast<size_t>(i)];
   }
@@ -124,6 +126,7 @@ void MaskCapture::on_head_outputs(int64_t layer, std::span<const int64_t>, const
   const Tensor& rec = attn[static_cast<size_t>(layer)];              // [n_head, n_eval, seq] A'
   const int64_t len = n_eval() > 0 ? *std::max_element(eval_rows_.begin(), eval_rows_.end()) + 1 : 0;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const int64_t window = cf.window_of(layer);  // a sliding layer's row p sees (p - W, p]
   std::vector<double> diffs(static_cast<size_t>(cf.n_head), 0.0), mags(diffs), errs(diffs);
   const auto task = [&](int64_t h) {
     const int64_t g = h / group;
@@ -142,18 +145,21 @@ void MaskCapture::on_head_outputs(int64_t layer, std::span<const int64_t>, const
     for (int64_t i = 0; i < n_eval(); ++i) {
       double kept = 1;
       if (probs.size() > 0) {
-        const int64_t p = eval_rows_[static_cast<size_t>(i)];
-        auto e = probs.row(i).head(p + 1).array();  // [p+1]
+        // The row's keys [first, p]: its causal prefix, or its sliding window.
+        const int64_t p = eval_rows_[static_cast<size_t>(i)], first = window_start(p, window), n = p + 1 - first;
+        auto e = probs.row(i).segment(first, n).array();  // [n]
         e = (e - e.maxCoeff()).exp();
         const double total = e.cast<double>().sum();
         double gone = 0;
-        for (int64_t j : evicted) gone += e[j];  // evicted positions are < c <= p
+        for (int64_t j : evicted)  // evicted positions are < c <= p
+          if (j >= first) gone += e[j - first];
         kept = 1 - gone / total;
         // Theorem 3.2 in this run: A'_j = N_j A_j / S with A this run's unmasked softmax.
         if (!rec.empty()) {
-          const Eigen::Map<const Eigen::ArrayXf> ap(rec.data() + (h * n_eval() + i) * seq, p + 1);  // A'
+          const Eigen::Map<const Eigen::ArrayXf> ap(rec.data() + (h * n_eval() + i) * seq + first, n);  // A'
           Eigen::ArrayXf gap = ap - e.transpose() * static_cast<float>(1 / (total - gone));
-          for (int64_t j : evicted) gap[j] = ap[j];
+          for (int64_t j : evicted)
+            if (j >= first) gap[j - first] = ap[j - first];
           errs[static_cast<size_t>(h)] = std::max(errs[static_cast<size_t>(h)], double{gap.abs().maxCoeff()});
         }
       }
@@ -166,7 +172,7 @@ void MaskCapture::on_head_outputs(int64_t layer, std::span<const int64_t>, const
     std::vector<double> row;
     for (int64_t i = 0; i < n_eval(); ++i) {
       const int64_t p = eval_rows_[static_cast<size_t>(i)];
-      softmax_row(qh + i * d, kg, d, p, masked ? ev.data() : nullptr, c_, row);
+      softmax_row(qh + i * d, kg, d, window_start(p, window), p, masked ? ev.data() : nullptr, c_, row);
       Eigen::VectorXd o = Eigen::VectorXd::Zero(d);  // [d_head]
       for (int64_t j = 0; j <= p; ++j)
         for (int64_t t = 0; t < d; ++t)

@@ -349,11 +349,9 @@ method_mask_source(const ModelConfig& config, const ModelWeights& weights, const
     lr.layer = layer;
     lr.n_layer = config.n_layer;
     lr.rope_inv_freq = inv_freq;
+    lr.window = config.window_of(layer);
     if (req.method.layer_global()) lr.layer_totals = {{req.budget, req.layer_totals.at(layer)}};
-    const MethodSpec::Kind kind = req.method.leaf().kind;
-    const SelectionInputs in =
-        selection_inputs(t, lr, req.method.uses_snapkv(), kind == MethodSpec::Kind::H2O, req.pool);
-    const Selection sel = select(req.method, in, req.budget, req.params);
+    const Selection sel = layer_selections(t, lr, req.pool).front();
     const int64_t seq = k.dim(1);
     for (int64_t g : req.kv_heads) {
       std::vector<int64_t> evicted = complement(sel.kept[static_cast<size_t>(g)], req.c);

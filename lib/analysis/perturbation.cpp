@@ -19,19 +19,20 @@ NuMinReading parse_nu_min_reading(const std::string& name) {
 }
 
 MatrixD attention_rows(const Eigen::Ref<const MatrixD>& q, const Eigen::Ref<const MatrixD>& k,
-                       std::span<const int64_t> pos) {
+                       std::span<const int64_t> pos, int64_t window) {
   const int64_t r = q.rows();
   const int64_t len = r == 0 ? 0 : *std::max_element(pos.begin(), pos.end()) + 1;
   MatrixD a(r, len);  // [r, len]
   a.noalias() = q * k.topRows(len).transpose();
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.cols()));
   for (int64_t i = 0; i < r; ++i) {
-    const int64_t n = pos[static_cast<size_t>(i)] + 1;
-    auto row = a.row(i).head(n).array();
+    const int64_t p = pos[static_cast<size_t>(i)], first = window_start(p, window), n = p + 1 - first;
+    auto row = a.row(i).segment(first, n).array();
     row *= scale;
     row = (row - row.maxCoeff()).exp();
     row /= row.sum();
-    a.row(i).tail(len - n).setZero();
+    a.row(i).head(first).setZero();
+    a.row(i).tail(len - p - 1).setZero();
   }
   return a;
 }
@@ -45,7 +46,7 @@ std::vector<double> attention_row(const float* q, const float* k, int64_t d_head
 }
 
 HeadEval::HeadEval(const HeadTensors& t, const MatrixD& attn, std::vector<int64_t> pos, int64_t c,
-                   NuMinReading reading)
+                   NuMinReading reading, int64_t window)
     : t_(t), reading_(reading), c_(std::min<int64_t>(c, attn.cols())), attn_t_(attn.transpose()),
       pos_(std::move(pos)) {
   const int64_t nq = attn.rows(), len = attn.cols(), d = t.d_head;
@@ -67,12 +68,15 @@ HeadEval::HeadEval(const HeadTensors& t, const MatrixD& attn, std::vector<int64_
   nu_min_no_sink_.resize(nq);
   nu_min_no_sink_l2_.resize(nq);
   for (int64_t i = 0; i < nq; ++i) {
-    const int64_t n = pos_[static_cast<size_t>(i)] + 1;  // the query's keys [0, p]
-    nu_min_[i] = nu1.head(n).minCoeff();
-    nu_min_l2_[i] = nu2.head(n).minCoeff();
-    // A query with only position 0 to attend to has no other key: the sink's own nu.
-    nu_min_no_sink_[i] = n > 1 ? nu1.segment(1, n - 1).minCoeff() : nu1[0];
-    nu_min_no_sink_l2_[i] = n > 1 ? nu2.segment(1, n - 1).minCoeff() : nu2[0];
+    // The query's keys [first, p]: [0, p], or its sliding window.
+    const int64_t p = pos_[static_cast<size_t>(i)], first = window_start(p, window), n = p + 1 - first;
+    nu_min_[i] = nu1.segment(first, n).minCoeff();
+    nu_min_l2_[i] = nu2.segment(first, n).minCoeff();
+    // A query with only position 0 to attend to has no other key: the sink's own nu. Under a
+    // window that no longer reaches position 0 there is no sink to leave out.
+    const int64_t skip = first == 0 && n > 1 ? 1 : 0;
+    nu_min_no_sink_[i] = nu1.segment(first + skip, n - skip).minCoeff();
+    nu_min_no_sink_l2_[i] = nu2.segment(first + skip, n - skip).minCoeff();
   }
 }
 

@@ -74,8 +74,13 @@ using MetricRow = std::array<double, kMetricCount>;
 
 // Causal softmax(q K^T / sqrt(d)) of the queries q [r, d_head] at positions pos [r] over
 // the keys k [>= max(pos)+1, d_head]: [r, max(pos)+1], row i zero past pos[i]. One GEMM.
+// A sliding window W > 0 (docs/MODELS.md "Sliding-window attention") also zeroes the keys
+// before pos[i] - W + 1: query p attends to (p - W, p].
 MatrixD attention_rows(const Eigen::Ref<const MatrixD>& q, const Eigen::Ref<const MatrixD>& k,
-                       std::span<const int64_t> pos);
+                       std::span<const int64_t> pos, int64_t window = 0);
+
+// The first key a query at position p sees under a sliding window W (0: none).
+inline int64_t window_start(int64_t p, int64_t window) { return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0; }
 
 // One row of the above: q [d_head], k [seq, d_head] (row-major), keys [0, p]; [p+1].
 std::vector<double> attention_row(const float* q, const float* k, int64_t d_head, int64_t p);
@@ -100,9 +105,10 @@ struct HeadSelection {
 class HeadEval {
  public:
   // attn: [n_query, len] rows of A (attention_rows), query i at position pos[i] < len;
-  // entries in [c, len) are never evicted.
+  // entries in [c, len) are never evicted. Under a sliding window (attention_rows' window)
+  // nu_min is taken over the keys each query sees.
   HeadEval(const HeadTensors& t, const MatrixD& attn, std::vector<int64_t> pos, int64_t c,
-           NuMinReading reading = NuMinReading::All);
+           NuMinReading reading = NuMinReading::All, int64_t window = 0);
 
   int64_t n_query() const { return static_cast<int64_t>(pos_.size()); }
 
@@ -119,7 +125,8 @@ class HeadEval {
   MatrixD v_;                   // [len, d_head] values
   MatrixD w_;                   // [d_head, d_model] W_h
   MatrixD av_, question_av_;    // [n_query, d_head] A V; the question's part of it
-  // [n_query] each: C, C_l2, nu_min over [0, p] and over [1, p] (L1, L2), and the
+  // [n_query] each: C, C_l2, nu_min over [0, p] and over [1, p] (L1, L2; from the window's
+  // first key on a sliding layer), and the
   // question's Σ A, Σ A nu, Σ A nu_l2.
   Eigen::VectorXd value_, value_l2_, nu_min_, nu_min_l2_, nu_min_no_sink_, nu_min_no_sink_l2_;
   Eigen::VectorXd q_mass_, q_value_, q_value_l2_;

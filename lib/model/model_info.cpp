@@ -47,6 +47,11 @@ nlohmann::json model_info_json(const Model& m) {
                {"high_freq_factor", c.rope_scaling.high_freq_factor},
                {"original_max_position", c.rope_scaling.original_max_position},
                {"freq_factors_tensor", !m.weights.rope_freq_factors.empty()}};
+  nlohmann::json sliding = nlohmann::json::array();  // docs/MODELS.md "Sliding-window attention"
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    if (c.window_of(l) > 0) sliding.push_back(l);
+  j["sliding_window"] = c.sliding_window;
+  j["sliding_layers"] = sliding;
   j["attention_bias"] = c.attention_bias;
   j["tied_embeddings"] = c.tied_embeddings;
   j["tensor_count"] = m.source.tensor_count;

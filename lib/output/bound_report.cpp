@@ -467,7 +467,7 @@ std::string write_bound_summaries(const std::filesystem::path& h5, const std::fi
     }
   };
   const BoundHeader header = read_bound_records(h5, [&](const BoundHeader& h, const BoundRecord& rec) {
-    write_bound_csv_rows(csv, rec, h.labels, h.settings);
+    write_bound_csv_rows(csv, rec, h);
     start(h);
     if (check) check->add(rec);
     else collect(*col, rec, h.settings.at("window").get<int64_t>(), h.settings.at("sinks").get<int64_t>());

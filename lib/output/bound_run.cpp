@@ -84,6 +84,7 @@ class AnalysisRecorder : public Recorder {
       r.oracle_max_n = b.oracle_max_n;
       r.nu_min = b.nu_min;
       r.rope_inv_freq = inv_freq_;
+      r.window = model_.config.window_of(layer);  // a sliding layer: selections among what it holds
       if (auto it = files_[bi].find(layer); it != files_[bi].end()) {
         check_selection(b.selection_file, layer, it->second, rec_.c, fmt::format("record \"{}\"", rec_.id));
         r.file_kept = it->second;

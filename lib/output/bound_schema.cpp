@@ -1,6 +1,7 @@
 #include "output/bound_schema.h"
 
 #include <cmath>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -212,13 +213,25 @@ BoundHeader read_bound_records(const std::filesystem::path& path,
 }
 
 void write_bound_csv_header(std::ostream& out) {
-  out << "record,method,budget,layer,head,kv_head,n_query,eval,compress,nu_min_reading,below_window";
+  out << "record,method,budget,layer,head,kv_head,n_query,eval,compress,nu_min_reading,below_window,sliding_window";
   for (const char* name : kMetricNames) out << ',' << name;
   out << '\n';
 }
 
-void write_bound_csv_rows(std::ostream& out, const BoundRecord& rec,
-                          const std::vector<std::string>& labels, const nlohmann::json& settings) {
+void write_bound_csv_rows(std::ostream& out, const BoundRecord& rec, const BoundHeader& header) {
+  const std::vector<std::string>& labels = header.labels;
+  const nlohmann::json& settings = header.settings;
+  std::set<int64_t> sliding;  // the root attribute holds the JSON list as text (set_attr_json)
+  if (const auto it = header.provenance.find("sliding_layers"); it != header.provenance.end()) {
+    const nlohmann::json layers = it->is_string() ? nlohmann::json::parse(it->get<std::string>(), nullptr, false)
+                                                  : nlohmann::json(*it);
+    if (!layers.is_array()) fail<FormatError>("attribute \"sliding_layers\" is not a list of layers");
+    for (const auto& l : layers) {
+      if (!l.is_number_integer()) fail<FormatError>("attribute \"sliding_layers\" is not a list of layers");
+      sliding.insert(l.get<int64_t>());
+    }
+  }
+  const int64_t window = header.provenance.value("sliding_window", int64_t{0});
   const std::string protocol = fmt::format("{},{},{}", settings.value("eval", std::string("question")),
                                            settings.value("compress", std::string("context")),
                                            settings.value("nu_min", std::string("all")));
@@ -230,9 +243,10 @@ void write_bound_csv_rows(std::ostream& out, const BoundRecord& rec,
         for (int64_t h = 0; h < r.n_head; ++h) {
           const MetricRow mean = query_mean(r, m, b, h);
           // Method names hold commas only inside parentheses; quote them for CSV readers.
-          out << fmt::format("{},\"{}\",{},{},{},{},{},{},{}", rec.id, labels[static_cast<size_t>(m)],
+          out << fmt::format("{},\"{}\",{},{},{},{},{},{},{},{}", rec.id, labels[static_cast<size_t>(m)],
                              rec.budgets[static_cast<size_t>(b)], rec.layer_ids[l], h, h / group, r.n_query,
-                             protocol, rec.below_window[static_cast<size_t>(b)]);
+                             protocol, rec.below_window[static_cast<size_t>(b)],
+                             sliding.count(rec.layer_ids[l]) ? window : 0);
           for (double x : mean) out << ',' << fmt::format("{:.9g}", x);
           out << '\n';
         }

@@ -82,7 +82,8 @@ BoundHeader read_bound_records(const std::filesystem::path& path,
 // Tidy CSV. `labels` are the method names (bound) or alpha values (check).
 // `settings` gives the protocol columns (eval, compress, nu_min).
 void write_bound_csv_header(std::ostream& out);
-void write_bound_csv_rows(std::ostream& out, const BoundRecord& record,
-                          const std::vector<std::string>& labels, const nlohmann::json& settings);
+// The header's provenance gives the sliding_window column (the layer's window: the root
+// attributes sliding_window and sliding_layers; 0 for a full-attention layer).
+void write_bound_csv_rows(std::ostream& out, const BoundRecord& record, const BoundHeader& header);
 
 }  // namespace ckv

@@ -175,7 +175,7 @@ void MaskFile::write_record(const MaskRecord& r) {
 
 void write_mask_csv_header(std::ostream& out) { out << "record,run,layer,head,position,metric,value\n"; }
 
-void write_mask_csv(std::ostream& out, const MaskRecord& r) {
+void write_mask_csv(std::ostream& out, const MaskRecord& r, const std::map<int64_t, int64_t>& windows) {
   const auto n_eval = static_cast<int64_t>(r.eval_rows.size());
   const auto line = [&](const std::string& run, int64_t l, int64_t h, int64_t p, const char* m, double v) {
     out << fmt::format("{},{},{},{},{},{},{:.9g}\n", r.id, run, l, h, p, m, v);
@@ -195,6 +195,8 @@ void write_mask_csv(std::ostream& out, const MaskRecord& r) {
       line(run.name, L, -1, -1, "resid_l2_mean", m.resid_l2_mean());
       for (size_t h = 0; h < m.delta_theta.size(); ++h)
         line(run.name, L, static_cast<int64_t>(h), -1, "delta_theta", m.delta_theta[h]);
+      if (!windows.empty())
+        line(run.name, L, -1, -1, "sliding_window", windows.count(L) ? static_cast<double>(windows.at(L)) : 0.0);
     }
     line(run.name, -1, -1, -1, "delta_theta_total", run.metrics.delta_theta_total);
     line(run.name, -1, -1, r.prompt_len - 1, "kl", run.next.kl);
@@ -271,8 +273,15 @@ void write_mask_csv_file(const std::filesystem::path& mask_h5, std::ostream& out
   const h5::File f = h5::File::open_read(mask_h5);
   check_mask_schema(f);
   write_mask_csv_header(out);
+  // The sliding layers (root attributes, docs/MODELS.md "Sliding-window attention").
+  std::map<int64_t, int64_t> windows;
+  if (f.has_attr("sliding_layers") && f.has_attr("sliding_window"))
+    for (const auto& l : f.attr_json("sliding_layers")) {
+      if (!l.is_number_integer()) fail<FormatError>("{}: attribute \"sliding_layers\" is not a list of layers", mask_h5.string());
+      windows[l.get<int64_t>()] = f.attr_int("sliding_window");
+    }
   for (const std::string& id : complete_records_in_input_order(f))
-    write_mask_csv(out, read_for_csv(f.open_group("records/" + id), id));
+    write_mask_csv(out, read_for_csv(f.open_group("records/" + id), id), windows);
 }
 
 }  // namespace ckv

@@ -6,6 +6,7 @@
 // shards give the CSV of one uninterrupted run.
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <set>
@@ -81,7 +82,9 @@ class MaskFile {
 // Tidy CSV: record,run,layer,head,position,metric,value (head/position -1 when the value
 // is not per head / per position; layer -1 for end-of-model values).
 void write_mask_csv_header(std::ostream& out);
-void write_mask_csv(std::ostream& out, const MaskRecord& record);
+// `windows`: the sliding layers' window (layer -> W); for a model with sliding layers each
+// layer of each run gets a `sliding_window` line (its window, 0 on a full-attention layer).
+void write_mask_csv(std::ostream& out, const MaskRecord& record, const std::map<int64_t, int64_t>& windows = {});
 // The header and the rows of every complete record of a mask file, in input order: what
 // write_mask_csv wrote for them (the values are read back from the file).
 void write_mask_csv_file(const std::filesystem::path& mask_h5, std::ostream& out);

@@ -156,9 +156,10 @@ std::string set_sliding_layers(Provenance& prov, const ModelConfig& config) {
   prov.set("sliding_window", config.sliding_window);
   prov.set("sliding_layers", layers);
   return fmt::format(
-      "{} of {} layers attend within a sliding window of {} keys (attribute sliding_layers: {}); methods select "
-      "there as on full layers, and ckv bound/check's attention on them is full causal attention, not the "
-      "window's: leave them out of per-layer summaries (docs/MODELS.md \"Sliding-window attention\")",
+      "{} of {} layers attend within a sliding window of {} keys (attribute sliding_layers: {}, CSV column "
+      "sliding_window); there every method selects among the entries the window holds and keeps all of them "
+      "where the budget is larger: summarise them apart from the full layers (docs/MODELS.md \"Sliding-window "
+      "attention\")",
       layers.size(), config.n_layer, config.sliding_window, fmt::join(layers, " "));
 }
 

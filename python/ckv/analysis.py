@@ -20,7 +20,7 @@ from . import _ckv
 
 # The keyword parameters of the selection methods: `ckv bound`'s flags (docs/BOUND.md).
 _PARAMS = ("window", "kernel", "h2o_rows", "sinks", "pool", "gqa_reduce", "nu_min", "alpha", "eps",
-           "alpha_safe", "oracle_max_n", "threads")
+           "alpha_safe", "oracle_max_n", "sliding_window", "threads")
 
 
 def _f32(x) -> np.ndarray:
@@ -92,7 +92,10 @@ def bound(q, k, v, wo, context_end: int, methods: Sequence[str] = ("snapkv",), b
     adakv(X), criticalkv(X), defensivekv, pyramidkv, expectedattention, obcache, ...; not the
     layer-global ones). params: window=32, kernel=7, pool="max", h2o_rows=256, sinks=4,
     alpha=0.5, eps=1e-4, alpha_safe=0.2, gqa_reduce="mean", nu_min="all",
-    oracle_max_n=1024, threads=1. layer / n_layer: the layer's depth (pyramidkv's budget);
+    oracle_max_n=1024, threads=1, sliding_window=0 (the layer's attention window, as
+    `ckv bound` takes it from the model: the methods then select among the entries the
+    window holds, docs/MODELS.md "Sliding-window attention"). layer / n_layer: the layer's
+    depth (pyramidkv's budget);
     inv_freq: RoPE inverse frequencies (expectedattention). The GIL is released.
     """
     for key in params:

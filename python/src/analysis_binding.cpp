@@ -27,6 +27,7 @@ struct BoundArgs {
   std::string pool = "max", gqa_reduce = "mean", nu_min = "all";
   double alpha = 0.5, eps = 1e-4, alpha_safe = 0.2;
   int64_t oracle_max_n = 1024;
+  int64_t sliding_window = 0;  // the layer's attention window (0: full causal attention)
   int threads = 1;
 };
 
@@ -91,6 +92,8 @@ nb::dict bound_layer(const FloatIn& q_in, const FloatIn& k_in, const FloatIn& v_
     eval_rows = r.eval_rows;
     r.oracle = true;
     r.oracle_max_n = a.oracle_max_n;
+    if (a.sliding_window < 0) fail<UsageError>("sliding_window {}: 0 (none) or a number of keys", a.sliding_window);
+    r.window = a.sliding_window;
     if (inv_freq) r.rope_inv_freq = std::make_shared<const std::vector<float>>(std::move(*inv_freq));
     ThreadPool pool(a.threads);
     const ValueNorms nu = value_norms(v, wo, q.dim(0), {}, {.l1 = true, .l2 = true}, &pool);
@@ -135,6 +138,7 @@ void register_analysis(nb::module_& m) {
       .def_rw("eps", &BoundArgs::eps)
       .def_rw("alpha_safe", &BoundArgs::alpha_safe)
       .def_rw("oracle_max_n", &BoundArgs::oracle_max_n)
+      .def_rw("sliding_window", &BoundArgs::sliding_window)
       .def_rw("threads", &BoundArgs::threads);
   m.def("bound_layer", &bound_layer, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("wo"), nb::arg("args"),
         nb::arg("inv_freq") = nb::none());

@@ -35,16 +35,18 @@ Layout (all float64 unless said; masks int32 [n_kv_head, c], 1 = kept):
 tests/data/kvpress/families_v1.h5 (format_version 1, same root attributes):
 
     /model_cases/<name>/  the presses run by kvpress itself on a tiny model of a family
-                    (tiny_qwen3, tiny_phi3_full_rotary, tiny_qwen3moe: HF transformers, float32, sdpa
+                    (tiny_qwen3, tiny_phi3_full_rotary, tiny_qwen3moe, tiny_gemma3_kv: HF transformers, float32, sdpa
                     attention, so kvpress computes SnapKV's window attention itself from the
                     layer's q_proj/qkv_proj, q_norm and the model's RoPE (AdaKV refuses eager),
                     a DynamicCache prefill of `tokens` inside `with press(model)`), the kept
                     set of each layer read back from the compressed cache (pruning presses:
-                    which positions' keys remain) or from module.masked_key_indices (AdaKV).
+                    which positions' keys remain) or from module.masked_key_indices (AdaKV);
+                    tiny_gemma3_kv: its full-attention layers only.
                     attrs: model (path under tests/data/), c, window, kernel, alpha, eps,
-                    alpha_safe, budgets (int64, kept per KV head)
+                    alpha_safe, budgets (int64, kept per KV head), layers (int64, the layers
+                    of the kept sets, in order)
         tokens int32 [c]
-        kept/<method>/<b> int32 [n_layer, n_kv_head, c]   1 = kept
+        kept/<method>/<b> int32 [len(layers), n_kv_head, c]   1 = kept
                     Only budgets where a float64 run of the same model keeps the same sets
                     are written (no near-ties a float32 implementation could flip).
 """
@@ -313,6 +315,8 @@ def model_kept_sets(model, ids, make_press, masked):
 
     def compress(module, hidden_states, keys, values, attentions, kwargs):
         out = orig(module, hidden_states, keys, values, attentions, kwargs)
+        if getattr(module, "is_sliding", False):  # Gemma 3's local layers: compared apart, not here
+            return out
         n_kv, c = keys.shape[1], keys.shape[2]
         if masked:
             kept[module.layer_idx] = kept_mask_from_masked(module, n_kv, c)
@@ -329,7 +333,7 @@ def model_kept_sets(model, ids, make_press, masked):
     del inner
     with torch.no_grad(), press(model):
         model(torch.tensor([ids]), past_key_values=DynamicCache(), use_cache=True)
-    return np.stack([kept[l] for l in range(len(kept))]).astype(np.int32)
+    return np.stack([kept[l] for l in sorted(kept)]).astype(np.int32), sorted(kept)
 
 
 def write_model_case(f, name, c, window, kernel, fractions, seed):
@@ -357,8 +361,10 @@ def write_model_case(f, name, c, window, kernel, fractions, seed):
                    "criticalkv(snapkv)": (lambda: CriticalKVPress(snap(), eps, alpha), False),
                    "adakv(snapkv)": (lambda: AdaKVPress(snap(), alpha_safe), True),
                    "criticalkv(adakv(snapkv))": (lambda: CriticalAdaKVPress(snap(), alpha_safe, eps, alpha), True)}
-        sets = {label: [model_kept_sets(m, ids, make, masked) for m in models.values()]
+        runs = {label: [model_kept_sets(m, ids, make, masked) for m in models.values()]
                 for label, (make, masked) in presses.items()}
+        sets = {label: [kept for kept, _ in r] for label, r in runs.items()}
+        layers = next(iter(runs.values()))[0][1]
         if any(not np.array_equal(a, b64) for a, b64 in sets.values()):
             print(f"{name}: budget {b} skipped (float32 and float64 kvpress disagree: a near-tie)")
             continue
@@ -367,6 +373,7 @@ def write_model_case(f, name, c, window, kernel, fractions, seed):
         written.append(b)
     assert written, f"{name}: no budget without near-ties"
     g.attrs["budgets"] = np.array(written, np.int64)
+    g.attrs["layers"] = np.array(layers, np.int64)  # the layers compared (Gemma 3: its full-attention ones)
     print(f"{name}: kept sets of 4 presses at budgets {written} of {c}")
 
 
@@ -386,6 +393,11 @@ def write_families():
         write_model_case(f, "tiny_phi3_full_rotary", 60, 16, 5, [0.4, 0.6, 0.8], 2027)
         # Qwen3-MoE: Qwen3's attention (what kvpress reads) over a mixture-of-experts MLP.
         write_model_case(f, "tiny_qwen3moe", 60, 16, 5, [0.4, 0.6, 0.8], 2028)
+        # Gemma 3 (q/k norms, its RoPE bases, GeGLU): kvpress on its full-attention layers 1 and 3,
+        # the layers it compresses in Gemma3ForConditionalGeneration. The sliding layers (window 24
+        # < 60) hold only their window there, where ckv's budget rule is its own (docs/MODELS.md
+        # "Sliding-window attention").
+        write_model_case(f, "tiny_gemma3_kv", 60, 16, 5, [0.4, 0.6, 0.8], 2029)
     print(f"wrote {OUT_FAMILIES}")
 
 

@@ -22,6 +22,8 @@ HF directories (config.json + safetensors):
                      global 10000 with linear rope scaling 2, final logit soft-cap 10, tied, bf16
   tiny_gemma3_mm/   tiny_gemma3's weights as a Gemma3ForConditionalGeneration checkpoint
                      (text_config, model.language_model. names, a vision tensor)
+  tiny_gemma3_kv/   gemma3_text, 4 layers (sliding, full, sliding, full), window 24, scale
+                    1/sqrt(head_dim): kvpress's presses on Gemma 3 (make_kvpress_goldens.py)
   tiny_gemma3_6l/   gemma3_text, 6 layers (5 sliding, then a full one: the GGUF pattern),
                      window 8, query_pre_attn_scalar = head_dim 16, f32; also as GGUF
   tiny_qwen3moe/     qwen3_moe, 8 experts of width 32, 3 per token, norm_topk_prob, q/k norms,
@@ -116,6 +118,15 @@ WINDOW_SPECS = {
                            tied=True, dtype="float32", sliding_window=8, query_pre_attn_scalar=16,
                            layer_types=["sliding_attention"] * 5 + ["full_attention"],
                            rope_scaling=None, softcap=None, seed=24),
+    # kvpress's presses on Gemma 3 (make_kvpress_goldens.py): the logit scale 1/sqrt(head_dim)
+    # (query_pre_attn_scalar = head_dim, as Gemma 3 270M's), which ckv bound recomputes, and
+    # two full-attention layers between sliding ones, window 24 shorter than the 60-token prompt.
+    "tiny_gemma3_kv": dict(arch="gemma3", vocab=320, d_model=64, n_layer=4, n_head=4, n_kv_head=2,
+                           head_dim=32, d_ff=128, theta=10000.0, local_theta=100.0, eps=1e-6, tied=True,
+                           dtype="float32", sliding_window=24, query_pre_attn_scalar=32,
+                           layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                                        "full_attention"],
+                           rope_scaling=None, softcap=None, seed=25),
 }
 # Mixtures of experts (moe: n_expert, top_k, d_ff_expert, norm_topk, and for qwen3_moe the
 # dense layers' decoder_sparse_step / mlp_only_layers); the router gain spreads its logits
@@ -745,6 +756,10 @@ def main():
     MODELS.mkdir(parents=True, exist_ok=True)
     if sys.argv[1:] == ["--window-only"]:  # the sliding-window and Gemma 3 models alone
         window_models()
+        return
+    if sys.argv[1:2] == ["--only"]:  # one WINDOW_SPECS model, the others untouched
+        for name in sys.argv[2:]:
+            write_hf(name, WINDOW_SPECS[name], random_weights(WINDOW_SPECS[name]))
         return
     for name, s in SPECS.items():
         w = random_weights(s)

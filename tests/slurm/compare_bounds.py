@@ -56,9 +56,9 @@ def compare_csv(pa, pb, errors):
         return
     for i, (a, b) in enumerate(zip(rows_a[1:], rows_b[1:]), start=2):
         # record, method, budget, layer, head, kv_head, n_query, eval, compress,
-        # nu_min_reading, below_window: exact; then the metrics.
-        if a[:11] != b[:11] or not close([float(x) for x in a[11:]], [float(x) for x in b[11:]]):
-            errors.append(f"CSV line {i} differs: {a[:11]} vs {b[:11]}")
+        # nu_min_reading, below_window, sliding_window: exact; then the metrics.
+        if a[:12] != b[:12] or not close([float(x) for x in a[12:]], [float(x) for x in b[12:]]):
+            errors.append(f"CSV line {i} differs: {a[:12]} vs {b[:12]}")
             return
 
 
