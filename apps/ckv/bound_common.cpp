@@ -88,7 +88,8 @@ class BoundRun {
       return s;
     });
     file_->close();
-    const std::string summary = write_bound_summaries(rj_.partial(0), rj_.partial(1), rj_.partial(2), o_.out, job_.max_list);
+    const std::string summary =
+        write_bound_summaries(rj_.partial(0), rj_.partial(1), rj_.partial(2), o_.out, job_.max_list);
     if (!g_.quiet) fmt::print("{}", summary);
     rj_.commit();
     if (!g_.quiet)
@@ -120,7 +121,9 @@ class BoundRun {
     const std::set<std::string> done = open();
     return rj_.for_each_record(
         done, [&] { return prompt_record(o_, rj_.model()); },
-        [&](JobRecord& r) { write(analysis_->analyse(rj_.forward(), r.id, r.index, r.prompt.tokens, r.prompt.context_end)); });
+        [&](JobRecord& r) {
+          write(analysis_->analyse(rj_.forward(), r.id, r.index, r.prompt.tokens, r.prompt.context_end));
+        });
   }
 
   int64_t run_dump() {

@@ -34,7 +34,8 @@ class RetrievalRecorder : public Recorder {
 
 RetrievalProfile::RetrievalProfile(const Model& model, Forward& forward, std::string span, bool answer_space)
     : model_(model), forward_(forward), span_(std::move(span)), answer_space_(answer_space),
-      sums_(static_cast<size_t>(model.config.n_layer), std::vector<double>(static_cast<size_t>(model.config.n_head), 0.0)) {}
+      sums_(static_cast<size_t>(model.config.n_layer),
+            std::vector<double>(static_cast<size_t>(model.config.n_head), 0.0)) {}
 
 void RetrievalProfile::add(const InputRecord& rec, const std::string& who) {
   const ModelConfig& cf = model_.config;
