@@ -18,14 +18,12 @@ namespace ckv::py {
 
 namespace {
 
-struct BoundArgs {
+struct BoundArgs : SelectionArgs {
   std::vector<std::string> methods;
   std::vector<int64_t> budgets;  // kept entries per KV head
   int64_t c = 0, layer = 0, n_layer = 1;
   std::optional<std::vector<int64_t>> eval_rows;
-  int64_t window = 32, kernel = 7, h2o_rows = 256, sinks = 4;
-  std::string pool = "max", gqa_reduce = "mean", nu_min = "all";
-  double alpha = 0.5, eps = 1e-4, alpha_safe = 0.2;
+  std::string nu_min = "all";
   int64_t oracle_max_n = 1024;
   int64_t sliding_window = 0;  // the layer's attention window (0: full causal attention)
   int threads = 1;
@@ -70,18 +68,7 @@ nb::dict bound_layer(const FloatIn& q_in, const FloatIn& k_in, const FloatIn& v_
     for (int64_t b : a.budgets)
       if (b < 1 || b > a.c) fail<InputError>("budget {}: outside [1, {}] (the context)", b, a.c);
     r.budgets.assign(a.budgets.begin(), a.budgets.end());  // counts (Budget's is_count)
-    r.params.window = a.window;
-    r.params.kernel = a.kernel;
-    r.params.h2o_rows = a.h2o_rows;
-    r.params.sinks = a.sinks;
-    r.params.alpha = a.alpha;
-    r.params.eps = a.eps;
-    r.params.alpha_safe = a.alpha_safe;
-    if (a.pool != "max" && a.pool != "avg") fail<UsageError>("pool '{}': max or avg", a.pool);
-    if (a.gqa_reduce != "mean" && a.gqa_reduce != "max") fail<UsageError>("gqa_reduce '{}': mean or max", a.gqa_reduce);
-    r.params.pool = a.pool == "avg" ? PoolKind::Avg : PoolKind::Max;
-    r.params.gqa_reduce = a.gqa_reduce == "max" ? GqaReduce::Max : GqaReduce::Mean;
-    validate_selection_params(r.params);
+    r.params = selection_params(a);
     r.nu_min = parse_nu_min_reading(a.nu_min);
     r.c = a.c;
     r.layer = a.layer;
@@ -119,7 +106,8 @@ nb::dict bound_layer(const FloatIn& q_in, const FloatIn& k_in, const FloatIn& v_
 }  // namespace
 
 void register_analysis(nb::module_& m) {
-  nb::class_<BoundArgs>(m, "BoundArgs")
+  nb::class_<BoundArgs> bound_args(m, "BoundArgs");
+  def_selection_args(bound_args)
       .def(nb::init<>())
       .def_rw("methods", &BoundArgs::methods)
       .def_rw("budgets", &BoundArgs::budgets)
@@ -127,16 +115,7 @@ void register_analysis(nb::module_& m) {
       .def_rw("layer", &BoundArgs::layer)
       .def_rw("n_layer", &BoundArgs::n_layer)
       .def_rw("eval_rows", &BoundArgs::eval_rows)
-      .def_rw("window", &BoundArgs::window)
-      .def_rw("kernel", &BoundArgs::kernel)
-      .def_rw("h2o_rows", &BoundArgs::h2o_rows)
-      .def_rw("sinks", &BoundArgs::sinks)
-      .def_rw("pool", &BoundArgs::pool)
-      .def_rw("gqa_reduce", &BoundArgs::gqa_reduce)
       .def_rw("nu_min", &BoundArgs::nu_min)
-      .def_rw("alpha", &BoundArgs::alpha)
-      .def_rw("eps", &BoundArgs::eps)
-      .def_rw("alpha_safe", &BoundArgs::alpha_safe)
       .def_rw("oracle_max_n", &BoundArgs::oracle_max_n)
       .def_rw("sliding_window", &BoundArgs::sliding_window)
       .def_rw("threads", &BoundArgs::threads);

@@ -87,16 +87,13 @@ class Collector : public Recorder {
 
 // `ckv eval`'s settings (docs/EVAL.md) with the CLI's names and defaults; the methods that
 // read a file (file, headkv, duoattention) are the CLI's alone.
-struct EvalArgs {
+struct EvalArgs : SelectionArgs {
   std::vector<std::string> methods;
   std::vector<double> budgets;  // fractions of the evictable entries, in (0, 1)
   std::string compress = "context";
   int64_t max_new_tokens = 32, track_steps = 0;
   std::vector<std::string> stop;
   bool ignore_eos = false, chat = false, answer_space = true;
-  int64_t window = 32, kernel = 7, h2o_rows = 256, sinks = 4;
-  std::string pool = "max", gqa_reduce = "mean";
-  double alpha = 0.5, eps = 1e-4, alpha_safe = 0.2;
   int threads = 0;
 };
 
@@ -116,18 +113,7 @@ CacheEvalSettings eval_settings(const EvalArgs& a) {
   s.track_steps = a.track_steps;
   s.stop_strings = a.stop;
   s.ignore_eos = a.ignore_eos;
-  s.params.window = a.window;
-  s.params.kernel = a.kernel;
-  s.params.h2o_rows = a.h2o_rows;
-  s.params.sinks = a.sinks;
-  s.params.alpha = a.alpha;
-  s.params.eps = a.eps;
-  s.params.alpha_safe = a.alpha_safe;
-  if (a.pool != "max" && a.pool != "avg") fail<UsageError>("pool '{}': max or avg", a.pool);
-  if (a.gqa_reduce != "mean" && a.gqa_reduce != "max") fail<UsageError>("gqa_reduce '{}': mean or max", a.gqa_reduce);
-  s.params.pool = a.pool == "avg" ? PoolKind::Avg : PoolKind::Max;
-  s.params.gqa_reduce = a.gqa_reduce == "max" ? GqaReduce::Max : GqaReduce::Mean;
-  validate_selection_params(s.params);
+  s.params = selection_params(a);
   check_cache_eval_settings(s);
   return s;
 }
@@ -338,7 +324,8 @@ std::vector<ChatMessage> messages_from(const nb::list& messages) {
 }  // namespace
 
 void register_model(nb::module_& m) {
-  nb::class_<EvalArgs>(m, "EvalArgs")
+  nb::class_<EvalArgs> eval_args(m, "EvalArgs");
+  def_selection_args(eval_args)
       .def(nb::init<>())
       .def_rw("methods", &EvalArgs::methods)
       .def_rw("budgets", &EvalArgs::budgets)
@@ -349,15 +336,6 @@ void register_model(nb::module_& m) {
       .def_rw("ignore_eos", &EvalArgs::ignore_eos)
       .def_rw("chat", &EvalArgs::chat)
       .def_rw("answer_space", &EvalArgs::answer_space)
-      .def_rw("window", &EvalArgs::window)
-      .def_rw("kernel", &EvalArgs::kernel)
-      .def_rw("h2o_rows", &EvalArgs::h2o_rows)
-      .def_rw("sinks", &EvalArgs::sinks)
-      .def_rw("pool", &EvalArgs::pool)
-      .def_rw("gqa_reduce", &EvalArgs::gqa_reduce)
-      .def_rw("alpha", &EvalArgs::alpha)
-      .def_rw("eps", &EvalArgs::eps)
-      .def_rw("alpha_safe", &EvalArgs::alpha_safe)
       .def_rw("threads", &EvalArgs::threads);
   nb::class_<PyModel>(m, "Model")
       .def(nb::init<const std::string&>(), nb::arg("path") = "", nb::call_guard<nb::gil_scoped_release>())

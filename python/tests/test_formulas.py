@@ -78,6 +78,36 @@ def test_bound_matches_the_formulas(arrays, method):
                 assert row["L1"] <= row["theta"] + 1e-6
 
 
+@pytest.mark.parametrize("method", ["snapkv", "criticalkv(snapkv)", "streaming"])
+def test_a_sliding_window_layer_keeps_only_what_its_window_holds(arrays, method):
+    """sliding_window=W: the first evaluation query (row C) sees (C - W, C]; the methods
+    keep min(budget, held) of the held entries [C - W + 1, C), and L1 is over each query's
+    window (docs/MODELS.md "Sliding-window attention")."""
+    q, k, v, wo = arrays
+    W = 20
+    held_from = C - W + 1
+    res = ckv.bound(q, k, v, wo, context_end=C, methods=[method], budgets=[9, 30], window=8, h2o_rows=16,
+                    sliding_window=W)
+    group = H // G
+    for b, want in enumerate([9, C - held_from]):  # 30 > the 19 held entries: all of them
+        for h in range(H):
+            kept = res.kept_mask[0, b, h // group].astype(bool)
+            assert not kept[:held_from].any()
+            assert kept.sum() == want
+            vals = v[h // group].astype(np.float64)
+            for qi, p in enumerate(res.eval_rows):
+                lo = p - W + 1
+                logits = k[h // group][lo:p + 1].astype(np.float64) @ q[h, p].astype(np.float64) / np.sqrt(D)
+                a = np.exp(logits - logits.max())
+                a /= a.sum()
+                keep = np.ones(p + 1 - lo, bool)
+                keep[:C - lo] = kept[lo:]
+                a_new = np.where(keep, a, 0) / a[keep].sum()
+                diff = (a - a_new) @ vals[lo:p + 1] @ w_h(wo, h)
+                row = dict(zip(res.metric_names, res.metrics[0, b, h, qi]))
+                np.testing.assert_allclose(row["L1"], np.abs(diff).sum(), rtol=1e-4, atol=1e-6)
+
+
 def test_snapkv_selection_is_the_pooled_window_attention(arrays):
     """snapkv as kvpress's SnapKVPress computes it (docs/BOUND.md): per query head, the mean
     attention of the window's queries on the entries before the window, max-pooled (kernel
