@@ -3,8 +3,9 @@
 // --skip-bad, as dump reads it) and every parsed record through the tokenisation that
 // converts its character spans to token positions (tokenize_record), with the SmolLM
 // vocabulary of tests/data, and with --chat through the default model's tokenizer when
-// models/ has it. The batch loop of the subcommands (for_each_input_record: duplicate ids)
-// and the record count of --shard (count_input_records) read the same file.
+// models/ has it. The batch loop of the subcommands (RecordJob::for_each_record: the strict
+// reader, which refuses an id used twice, then the tokenisation) and the record count of
+// --shard (count_input_records) read the same file.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -18,7 +19,6 @@
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "output/batch_output.h"
-#include "prompt_input.h"
 
 namespace {
 
@@ -64,8 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     (void)ckv::count_input_records(path);
-    (void)ckv::app::for_each_input_record(path.string(), ckv::Shard{}, {"0"}, tokenizer, chat,
-                                          [](const ckv::InputRecord&, ckv::RecordPrompt&) {});
+    ckv::RecordReader strict(path);  // as RecordJob::for_each_record reads a batch
+    while (std::optional<ckv::InputRecord> r = strict.next()) (void)ckv::tokenize_record(*r, tokenizer, chat);
   } catch (const ckv::Error&) {
   }
   return 0;
