@@ -117,6 +117,26 @@ double physical_gap(const Model& m, const Keep& keep, const EvictionPlan& plan, 
   return worst;
 }
 
+// A method selected inside one masked pass over every layer and KV head (ckv mask
+// --method): its eviction plan, and the pass's recordings in `keep`.
+EvictionPlan run_method(const Model& m, const char* method, int64_t budget, int64_t window, Keep& keep) {
+  std::vector<int64_t> layers, heads;
+  for (int64_t l = 0; l < m.config.n_layer; ++l) layers.push_back(l);
+  for (int64_t g = 0; g < m.config.n_kv_head; ++g) heads.push_back(g);
+  EvictionPlan plan = EvictionPlan::none(m.config.n_layer, m.config.n_kv_head, kC, kSeq);
+  SelectionParams sp;
+  sp.window = window;
+  Forward fwd(m, {.threads = 1});
+  ForwardRequest req;
+  req.record = {.layers = {}, .qkv = true, .attn_rows = eval_rows(), .head_out_rows = eval_rows(), .residual = true};
+  req.recorder = &keep;
+  req.layer_mask = method_mask_source(m.config, m.weights, {.method = MethodSpec::parse(method), .budget = budget,
+                                      .params = sp, .c = kC, .eval_rows = eval_rows(), .layers = layers,
+                                      .kv_heads = heads, .pool = nullptr, .layer_totals = {}}, &plan);
+  fwd.run(tokens(), req);
+  return plan;
+}
+
 class MaskModels : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MaskModels, MaskedOutputEqualsPhysicallyReducedCache) {
@@ -267,18 +287,8 @@ TEST_P(MaskModels, MethodSelectedInsideThePassIsExactAndKeepsTheBudget) {
   for (int64_t g = 0; g < m.config.n_kv_head; ++g) heads.push_back(g);
   for (const char* method : {"attn", "snapkv", "criticalkv(snapkv)", "adakv(snapkv)", "streaming"}) {
     for (int64_t budget : {int64_t{4}, int64_t{14}}) {
-      EvictionPlan plan = EvictionPlan::none(m.config.n_layer, m.config.n_kv_head, kC, kSeq);
-      SelectionParams sp;
-      sp.window = 8;
       Keep keep;
-      Forward fwd(m, {.threads = 1});
-      ForwardRequest req;
-      req.record = {.layers = {}, .qkv = true, .attn_rows = eval_rows(), .head_out_rows = eval_rows(), .residual = true};
-      req.recorder = &keep;
-      req.layer_mask = method_mask_source(m.config, m.weights, {.method = MethodSpec::parse(method), .budget = budget,
-                                          .params = sp, .c = kC, .eval_rows = eval_rows(), .layers = layers,
-                                          .kv_heads = heads, .pool = nullptr, .layer_totals = {}}, &plan);
-      fwd.run(tokens(), req);
+      const EvictionPlan plan = run_method(m, method, budget, 8, keep);
       for (int64_t l = 0; l < m.config.n_layer; ++l) {
         int64_t kept = 0;
         for (int64_t g = 0; g < m.config.n_kv_head; ++g) kept += kC - static_cast<int64_t>(plan.at(l, g).size());
@@ -326,31 +336,20 @@ TEST(MaskSliding, MetricsFollowTheWindowAndMethodsKeepWhatTheLayerHolds) {
     double scale = 0;
     EXPECT_LE(physical_gap(m, keep, plan, scale), 2e-6 * std::max(1.0, scale)) << budget;
   }
-  std::vector<int64_t> layers, heads;
-  for (int64_t l = 0; l < nl; ++l) layers.push_back(l);
-  for (int64_t g = 0; g < nkv; ++g) heads.push_back(g);
   const int64_t held_from = kC - window + 1, held = kC - held_from;
   for (const char* method : {"snapkv", "criticalkv(snapkv)", "streaming", "h2o"})
     for (int64_t budget : {int64_t{5}, int64_t{14}}) {
-      EvictionPlan plan = EvictionPlan::none(nl, nkv, kC, kSeq);
-      SelectionParams sp;
-      sp.window = 4;
       Keep keep;
-      Forward fwd(m, {.threads = 1});
-      ForwardRequest req;
-      req.record = {.layers = {}, .qkv = true, .attn_rows = eval_rows(), .head_out_rows = eval_rows(), .residual = true};
-      req.recorder = &keep;
-      req.layer_mask = method_mask_source(m.config, m.weights, {.method = MethodSpec::parse(method), .budget = budget,
-                                          .params = sp, .c = kC, .eval_rows = eval_rows(), .layers = layers,
-                                          .kv_heads = heads, .pool = nullptr, .layer_totals = {}}, &plan);
-      fwd.run(tokens(), req);
+      const EvictionPlan plan = run_method(m, method, budget, 4, keep);
       for (int64_t l = 0; l < nl; ++l)
         for (int64_t g = 0; g < nkv; ++g) {
           const std::vector<char> ev = plan.evicted_flags(l, g);
           int64_t kept = 0;
           for (int64_t i = 0; i < kC; ++i) {
             kept += ev[static_cast<size_t>(i)] ? 0 : 1;
-            if (m.config.window_of(l) > 0 && i < held_from) EXPECT_TRUE(ev[static_cast<size_t>(i)]) << method << " " << i;
+            if (m.config.window_of(l) > 0 && i < held_from) {
+              EXPECT_TRUE(ev[static_cast<size_t>(i)]) << method << " " << i;
+            }
           }
           EXPECT_EQ(kept, m.config.window_of(l) > 0 ? std::min(budget, held) : budget) << method << " layer " << l;
         }

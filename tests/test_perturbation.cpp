@@ -123,8 +123,9 @@ TEST(Perturbation, SlidingWindowLayerSelectsAmongHeldEntriesAndMeasuresTheWindow
           for (int64_t i = 0; i < c; ++i)
             if (r.kept_mask[static_cast<size_t>(base * c + i)]) kept.push_back(i);
           EXPECT_EQ(kept, sel[static_cast<size_t>(m * r.n_budget + b)].kept[static_cast<size_t>(g)]);
-          if (l.req.methods[static_cast<size_t>(m)].name().find("adakv") == std::string::npos)
+          if (l.req.methods[static_cast<size_t>(m)].name().find("adakv") == std::string::npos) {
             EXPECT_EQ(static_cast<int64_t>(kept.size()), want) << l.req.methods[static_cast<size_t>(m)].name();
+          }
           for (int64_t i : kept) EXPECT_GE(i, held_from);
           // o - o' per query head of this KV head, in double from the inputs.
           std::vector<char> keep(static_cast<size_t>(n), 1);
@@ -167,7 +168,9 @@ TEST(Perturbation, SlidingWindowLayerSelectsAmongHeldEntriesAndMeasuresTheWindow
               const MetricRow& got = r.at(m, b, h, qi);
               EXPECT_NEAR(got[kL1], l1, 1e-9 * (1 + l1)) << "trial " << trial << " budget " << b;
               EXPECT_LE(got[kL1], got[kTheta] + 1e-9 * (1 + got[kValueMass]));
-              if (want >= held) EXPECT_NEAR(got[kL1], 0.0, 1e-12);
+              if (want >= held) {
+                EXPECT_NEAR(got[kL1], 0.0, 1e-12);
+              }
               evicting += want < held && l1 > 1e-9;
               ++checked;
             }
