@@ -33,10 +33,6 @@ bool needs_nu(const std::vector<MethodSpec>& methods) {
   return false;
 }
 
-bool any_of_kind(const std::vector<MethodSpec>& methods, Kind kind) {
-  return std::any_of(methods.begin(), methods.end(), [&](const MethodSpec& m) { return m.leaf().kind == kind; });
-}
-
 // One selection to evaluate: a method at a budget (or a selection file), and what it evicts.
 struct Planned {
   MethodSpec method;
