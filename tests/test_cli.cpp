@@ -92,6 +92,24 @@ TEST(Cli, ForwardOnTinyModelPrintsEveryLayer) {
   EXPECT_NE(r.output.find("\n    1  "), std::string::npos) << r.output;  // layer 1 of 2
 }
 
+// --timing-json takes a file as dump's does; without one (or with -) the JSON goes to stdout.
+TEST(Cli, ForwardTimingJsonToAFileOrStdout) {
+  const fs::path dir = scratch_dir("cli");
+  write_text(dir / "ids.txt", "5 17 42 7 99");
+  const std::string base = "forward -q --model " + kTinyDir + " --tokens " + (dir / "ids.txt").string() + " -n 2";
+  const RunResult to_stdout = run_ckv(base + " --timing-json --repeats 2");
+  ASSERT_EQ(to_stdout.exit_code, 0) << to_stdout.output;
+  EXPECT_EQ(to_stdout.output.rfind("{\"", 0), 0u) << to_stdout.output;
+  EXPECT_NE(to_stdout.output.find("\"prefill_seconds\""), std::string::npos) << to_stdout.output;
+  const RunResult to_file = run_ckv(base + " --timing-json " + (dir / "t.json").string());
+  ASSERT_EQ(to_file.exit_code, 0) << to_file.output;
+  EXPECT_EQ(to_file.output, "");
+  std::ifstream f(dir / "t.json");
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"decode_tokens\":1"), std::string::npos) << text;
+  expect_one_error_line(run_ckv(base + " --timing-json " + (dir / "no/t.json").string()), 1, "cannot write");
+}
+
 }  // namespace
 }  // namespace ckv::test
 

@@ -4,8 +4,9 @@
 // --timing-json, --record-all, --ignore-eos).
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cmath>
+#include <ctime>
+#include <fstream>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -33,7 +34,8 @@ struct ForwardCmdOptions {
   bool ignore_eos = false;
   int top = 5;            // candidates shown for the first next token
   int repeats = 1;        // prefill repetitions (timing)
-  bool timing_json = false;
+  bool timing = false;      // --timing-json given
+  std::string timing_json;  // its file; empty or "-": stdout
   bool record_all = false;
 };
 
@@ -141,7 +143,13 @@ void run_timing(const ForwardCmdOptions& o, Forward& forward, const std::vector<
     j["decode_tokens"] = d.tokens.size() - 1;  // model steps timed: the last token is not fed
     j["kv_cache_bytes"] = cache.bytes();
   }
-  fmt::print("{}\n", j.dump());
+  if (o.timing_json.empty() || o.timing_json == "-") {
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  std::ofstream f(o.timing_json, std::ios::binary | std::ios::trunc);
+  f << j.dump() << '\n';
+  if (!f.flush()) fail<IoError>("--timing-json {}: cannot write", o.timing_json);
 }
 
 void run_forward(const ForwardCmdOptions& o, const GlobalOptions& g) {
@@ -149,7 +157,7 @@ void run_forward(const ForwardCmdOptions& o, const GlobalOptions& g) {
   const Model& model = loaded.model();
   std::vector<int32_t> ids = prompt_tokens(o.input, model, kBuiltinPrompt);
   Forward& forward = loaded.forward();
-  if (o.timing_json) return run_timing(o, forward, ids);
+  if (o.timing) return run_timing(o, forward, ids);
 
   const Tokenizer* tok = model.tokenizer.get();
   const int64_t seq = static_cast<int64_t>(ids.size());
@@ -238,13 +246,19 @@ void register_forward(CLI::App& app, GlobalOptions& g) {
       ->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "Prefill repetitions (with --timing-json), a count >= 1")
       ->check(at_least(1));
-  cmd->add_flag("--timing-json", o->timing_json,
-                "Print timings as JSON on stdout instead of the report (a switch; `ckv dump --timing-json` takes a path): only time the prefill --repeats times, then --generate tokens of decoding (EOS "
-                "ignored), and print JSON (for benchmarks)");
+  CLI::Option* timing = cmd->add_option("--timing-json", o->timing_json,
+                                        "Instead of the report, only time the prefill --repeats times, then --generate "
+                                        "tokens of decoding (EOS ignored), and write the timings as JSON to this file "
+                                        "(as `ckv dump --timing-json FILE`); without a file, or with -, to stdout "
+                                        "(for benchmarks)")
+                              ->expected(0, 1);
   cmd->add_flag("--record-all", o->record_all,
                 "With --timing-json: record Q/K/V, the last attention row and the residual of "
                 "every layer, as a dump does");
-  cmd->callback([o, &g] { run_forward(*o, g); });
+  cmd->callback([o, &g, timing] {
+    o->timing = timing->count() > 0;
+    run_forward(*o, g);
+  });
 }
 
 }  // namespace ckv::app
