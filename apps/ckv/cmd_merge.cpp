@@ -138,7 +138,6 @@ void register_merge(CLI::App& app, GlobalOptions& g) {
   cmd->add_flag("--allow-missing", o->allow_missing,
                 "Write the merge (exit status 0) even when input records are missing");
   cmd->add_flag("--force", o->force, "Replace existing outputs");
-  add_device_option(*cmd, g);
   cmd->callback([o, &g] { run_merge(*o, g); });
 }
 
