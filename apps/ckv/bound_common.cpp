@@ -110,20 +110,22 @@ class BoundRun {
   void write(const BoundRecord& rec) {
     file_->write_record(rec);
     rj_.written();
-    if (!g_.quiet)
-      fmt::print(stderr, "record \"{}\": {} tokens, context {}, {} evaluation queries{}\n", rec.id, rec.n,
-                 rec.question_start, rec.eval_rows.size(),
-                 rec.eval_token >= 0 ? fmt::format(" (first decoded token {})", rec.eval_token) : "");
+    rj_.record_done(fmt::format("record \"{}\": {} tokens, context {}, {} evaluation queries{}", rec.id, rec.n,
+                                rec.question_start, rec.eval_rows.size(),
+                                rec.eval_token >= 0 ? fmt::format(" (first decoded token {})", rec.eval_token) : ""));
   }
 
   int64_t run_model() {
     rj_.describe_input();
     const std::set<std::string> done = open();
-    return rj_.for_each_record(
+    rj_.start_progress(job_.kind);
+    const int64_t skipped = rj_.for_each_record(
         done, [&] { return prompt_record(o_, rj_.model()); },
         [&](JobRecord& r) {
           write(analysis_->analyse(rj_.forward(), r.id, r.index, r.prompt.tokens, r.prompt.context_end));
         });
+    rj_.finish_progress();
+    return skipped;
   }
 
   int64_t run_dump() {
@@ -135,6 +137,7 @@ class BoundRun {
     rj_.describe_input(o_.dump, f.has_attr("input_sha256") ? f.attr_string("input_sha256") : "",
                        static_cast<int64_t>(ids.size()));
     const std::set<std::string> done = open();
+    rj_.start_progress(job_.kind);
     int64_t skipped = 0;
     for (size_t index = 0; index < ids.size(); ++index) {
       if (done.count(ids[index])) ++skipped;
@@ -142,6 +145,7 @@ class BoundRun {
         write(analysis_->analyse_dumped(f.open_group("records/" + ids[index]), o_.dump, ids[index],
                                         static_cast<int64_t>(index), dumped));
     }
+    rj_.finish_progress();
     return skipped;
   }
 

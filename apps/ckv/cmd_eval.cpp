@@ -65,17 +65,19 @@ nlohmann::json settings_json(const EvalOptions& o, const CacheEvalSettings& s) {
   return j;
 }
 
-void print_record(const EvalRecord& r) {
+// A record's line(s) for a batch log: its full-cache answer, then each run's.
+std::string record_lines(const EvalRecord& r) {
   const auto scored = [&](size_t k) {
     return k < r.scores.size() && r.scores[k] ? fmt::format(" score {:.2f}", r.scores[k]->score) : std::string();
   };
-  fmt::print(stderr, "record \"{}\": {} tokens, context {}; full{} {:?}\n", r.id, r.result.n, r.result.question_start,
-             scored(0), r.result.full.decoded.text);
+  std::string out = fmt::format("record \"{}\": {} tokens, context {}; full{} {:?}", r.id, r.result.n,
+                                r.result.question_start, scored(0), r.result.full.decoded.text);
   for (size_t k = 0; k < r.result.runs.size(); ++k) {
     const CacheEvalRun& run = r.result.runs[k];
-    fmt::print(stderr, "  {} {:g}: L1 {:.4f} KL {:.4f}{} {:?}\n", run.method, run.fraction, run.mean_l1, run.first.kl,
-               scored(k + 1), run.decoded.text);
+    out += fmt::format("\n  {} {:g}: L1 {:.4f} KL {:.4f}{} {:?}", run.method, run.fraction, run.mean_l1, run.first.kl,
+                       scored(k + 1), run.decoded.text);
   }
+  return out;
 }
 
 void run_eval(EvalOptions& o, const GlobalOptions& g) {
@@ -94,17 +96,16 @@ void run_eval(EvalOptions& o, const GlobalOptions& g) {
                                   : EvalFile::create(rj.partial(), rj.provenance(), js, method_names, settings.budgets,
                                                      model.config);
   ThreadPool pool(g.resolved_threads());
-  Progress progress("eval", rj.shard().is_whole() ? input_records : 0, "records", g.progress_mode());
+  rj.start_progress("eval");
   const int64_t skipped = rj.guarded([&] {
     const int64_t s = rj.for_each_record(file.complete_records(), nullptr, [&](JobRecord& jr) {
       const EvalRecord rec =
           evaluate_record(rj.forward(), model, *jr.input, jr.prompt, settings, !o.no_answer_space, pool);
       file.write_record(rec);
       rj.written();
-      progress.advance();
-      if (!g.quiet && !progress.enabled()) print_record(rec);
+      rj.record_done(record_lines(rec));
     });
-    progress.finish();
+    rj.finish_progress();
     if (rj.shard().is_whole() && rj.written_count() + s == 0) fail<InputError>("{}: no record to evaluate", o.input.jsonl);
     return s;
   });

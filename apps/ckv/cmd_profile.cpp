@@ -35,10 +35,12 @@ void run_profile(const ProfileOptions& o, const GlobalOptions& g) {
     fail<InputError>("{}: the model has no tokenizer (profile encodes the answers)", g.model_path());
   RetrievalProfile profile(loaded.model(), loaded.forward(), o.span, !o.no_answer_space);
   RecordReader reader(o.input);
-  Progress progress("profile", 0, "records", g.progress_mode());
+  // As the record jobs report (RecordJob::record_done): a bar on a terminal, else a line a record.
+  Progress progress("profile", count_input_records(o.input), "records", g.progress_mode());
   while (const std::optional<InputRecord> rec = reader.next()) {
     profile.add(*rec, fmt::format("{}: record \"{}\"", o.input, rec->id));
-    progress.advance();
+    if (progress.enabled()) progress.advance();
+    else if (!g.quiet) fmt::print(stderr, "record \"{}\": scored\n", rec->id);
   }
   progress.finish();
   if (profile.records() == 0) fail<InputError>("{}: no record", o.input);
@@ -52,6 +54,7 @@ void run_profile(const ProfileOptions& o, const GlobalOptions& g) {
     if (!f) fail<IoError>("{}: write failed", out.partial_path().string());
   }
   out.commit();
+  if (!g.quiet) fmt::print("wrote {}: the retrieval scores of {} records\n", o.out, profile.records());
 }
 
 }  // namespace

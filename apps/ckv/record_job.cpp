@@ -56,6 +56,21 @@ void RecordJob::describe_input(const std::string& file, const std::string& sha25
   prov_.set("input_file", file);
   prov_.set("input_sha256", sha256);
   set_shard_provenance(prov_, shard_, records);
+  shard_records_ = 0;
+  for (int64_t i = 0; i < records; ++i) shard_records_ += shard_.contains(i) ? 1 : 0;
+}
+
+void RecordJob::start_progress(const std::string& label) {
+  progress_ = std::make_unique<Progress>(label, shard_records_, "records", g_.progress_mode());
+}
+
+void RecordJob::record_done(const std::string& line) {
+  if (progress_ && progress_->enabled()) progress_->advance();
+  else if (!g_.quiet) fmt::print(stderr, "{}\n", line);
+}
+
+void RecordJob::finish_progress() {
+  if (progress_) progress_->finish();
 }
 
 void RecordJob::describe_input() {

@@ -124,6 +124,13 @@ class RecordJob {
   }
   // Counts a record written (what decides whether a failed run's file is kept).
   void written() { ++written_; }
+  // Step 4's report, one style for every record job: a bar over the shard's records (the
+  // count describe_input gave) when stderr is a terminal or with --progress, else `line` on
+  // stderr for each record (what a batch log keeps); nothing with -q. `label` names the
+  // subcommand on the bar; finish_progress() ends it.
+  void start_progress(const std::string& label);
+  void record_done(const std::string& line);
+  void finish_progress();
   int64_t written_count() const { return written_; }
   // Step 5 on success: commits every output.
   void commit();
@@ -155,6 +162,8 @@ class RecordJob {
   std::optional<LoadedModel> loaded_;
   Provenance prov_;
   int64_t written_ = 0;
+  int64_t shard_records_ = 0;  // the input's records in this shard (describe_input)
+  std::unique_ptr<Progress> progress_;
 };
 
 }  // namespace ckv::app
