@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -17,6 +18,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
+#include "output/bound_schema.h"
 #include "test_shard_util.h"
 
 namespace ckv {
@@ -233,4 +236,24 @@ TEST_F(BoundReport, SharesAndMeanKeptOverRecordsOfDifferentLengths) {
 }
 
 }  // namespace
+// A hostile file's sliding-window attributes (the CSV's sliding_window column) are one
+// format error, not an internal one.
+TEST(BoundCsv, HostileSlidingAttributesAreFormatErrors) {
+  BoundRecord rec;
+  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::ordered_json>>{
+           {"sliding_window", "512"}, {"sliding_window", -1}, {"sliding_layers", "[0, \"x\"]"},
+           {"sliding_layers", "not json"}, {"sliding_layers", "{}"}}) {
+    BoundHeader h;
+    h.provenance[key] = value;
+    std::ostringstream out;
+    EXPECT_THROW(write_bound_csv_rows(out, rec, h), FormatError) << key << " " << value.dump();
+  }
+  BoundHeader ok;
+  ok.settings = nlohmann::json::object();
+  ok.provenance["sliding_window"] = 512;
+  ok.provenance["sliding_layers"] = "[0, 1]";
+  std::ostringstream out;
+  EXPECT_NO_THROW(write_bound_csv_rows(out, rec, ok));
+}
+
 }  // namespace ckv

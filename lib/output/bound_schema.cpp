@@ -231,7 +231,12 @@ void write_bound_csv_rows(std::ostream& out, const BoundRecord& rec, const Bound
       sliding.insert(l.get<int64_t>());
     }
   }
-  const int64_t window = header.provenance.value("sliding_window", int64_t{0});
+  int64_t window = 0;
+  if (const auto it = header.provenance.find("sliding_window"); it != header.provenance.end()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0)
+      fail<FormatError>("attribute \"sliding_window\" is not a number of keys");
+    window = it->get<int64_t>();
+  }
   const std::string protocol = fmt::format("{},{},{}", settings.value("eval", std::string("question")),
                                            settings.value("compress", std::string("context")),
                                            settings.value("nu_min", std::string("all")));
