@@ -8,10 +8,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "io/h5.h"
 
@@ -130,6 +133,60 @@ TEST(BoundCli, RefusesDumpOfAnotherModel) {
   expect_refused("bound --model " + kModel + " --dump " + dump + " --window 8 --eval first-decode -o " +
                      tmp_prefix("decode") + " --force",
                  "--eval first-decode: a dump holds no next token");
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream f(path);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+// A dump that holds W_O (--what ...,wo) carries its model: bound --dump without --model gives
+// the numbers bound --dump --model gives, on every family feature the analysis reads (GQA,
+// GGUF rope_freqs, longrope past the original context, Gemma 3's local RoPE base and
+// sliding layers), expectedattention included (it reads the rotary frequencies).
+TEST(BoundCli, ADumpThatHoldsWoIsAnalysedWithoutItsModel) {
+  const std::string dir = std::string(CKV_TEST_DATA_DIR) + "/models/";
+  for (const auto& [model, n] : std::vector<std::pair<std::string, int>>{
+           {"tiny_llama_gqa", 40}, {"tiny_llama3_rope.gguf", 40}, {"tiny_phi3_full_rotary", 60}, {"tiny_gemma3_kv", 20}}) {
+    SCOPED_TRACE(model);
+    const std::string dump = tmp_prefix(model + "_wo.h5");
+    const CliRun d = run("dump --model " + dir + model + " --tokens " + tokens_file(n) + " --what q,k,v,wo -o " + dump +
+                         " --force");
+    ASSERT_EQ(d.status, 0) << d.out;
+    const std::string args = " --dump " + dump + " --window 4 --budgets 0.3,0.6 --methods "
+                             "'snapkv,criticalkv(snapkv),expectedattention,criticalkv(expectedattention)' --force -o ";
+    const CliRun with = run("bound --model " + dir + model + args + tmp_prefix("with"));
+    ASSERT_EQ(with.status, 0) << with.out;
+    const CliRun free = run("bound" + args + tmp_prefix("free"));
+    ASSERT_EQ(free.status, 0) << free.out;
+    const std::string csv = file_text(tmp_prefix("with") + ".csv");
+    EXPECT_GT(std::count(csv.begin(), csv.end(), '\n'), 10);
+    EXPECT_EQ(file_text(tmp_prefix("free") + ".csv"), csv);
+    const auto sha = [&](const std::string& p) { return ckv::h5::File::open_read(p + ".h5").attr_string("model_sha256"); };
+    EXPECT_EQ(sha(tmp_prefix("free")), sha(tmp_prefix("with")));
+  }
+}
+
+// A damaged or hostile /model of a dump analysed without --model: one line naming it.
+TEST(BoundCli, ADumpsDamagedModelIsOneFormatError) {
+  const std::string src = tmp_prefix("wo_src.h5");
+  ASSERT_EQ(run("dump --model " + kModel + " --tokens " + tokens_file(40) + " --what q,k,v,wo -o " + src + " --force").status, 0);
+  const auto damaged = [&](const std::string& name, const std::function<void(ckv::h5::File&)>& edit) {
+    const std::string path = tmp_prefix(name);
+    std::filesystem::copy_file(src, path, std::filesystem::copy_options::overwrite_existing);
+    ckv::h5::File f = ckv::h5::File::open_rw(path);
+    edit(f);
+    f.close();
+    return "bound --window 8 -o " + tmp_prefix("damaged") + " --force --dump " + path;
+  };
+  expect_refused(damaged("one_wo.h5", [](ckv::h5::File& f) { f.open_group("model/layers/1").remove("W_O"); }),
+                 "W_O is stored for layers 0 but not for layer 1");
+  expect_refused(damaged("wide.h5", [](ckv::h5::File& f) { f.open_group("model").set_attr_int("n_head", 3); }),
+                 "invalid config");
+  expect_refused(damaged("slide.h5", [](ckv::h5::File& f) { f.open_group("model").set_attr_json("sliding_layers", nlohmann::json::array({7})); }),
+                 "sliding_layers holds 7");
+  expect_refused(damaged("rope.h5", [](ckv::h5::File& f) { f.open_group("model").set_attr_json("rope_scaling", "x"); }),
+                 "rope_scaling is not an object");
 }
 
 // A dump that lacks what the metrics need is refused, naming the `ckv dump` flag that records it.

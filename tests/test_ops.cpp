@@ -88,6 +88,32 @@ TEST(Rope, InvFreqDefaultAndLlama3Regimes) {
   EXPECT_THROW(rope_inv_freq(c, std::vector<float>{1.0f}), FormatError);
 }
 
+// The frequencies each layer rotated by (what expectedattention undoes): a Gemma 3 local
+// layer its own unscaled base, a global one the model's; longrope its long factors once a
+// pass ends past the original context. Each against the formula from the config's numbers.
+TEST(Rope, EachLayerRotatesByItsOwnFrequencies) {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.d_head = 8;
+  c.rope_theta = 10000.0;
+  c.rope_local_theta = 100.0;
+  c.sliding_window = 4;
+  c.sliding_layers = {1, 0};
+  c.rope_scaling = {"linear", 2.0, 1.0, 4.0, 128, {}, {}, 1.0};
+  const auto local = layer_rope_inv_freq(c, {}, 0, 16), global = layer_rope_inv_freq(c, {}, 1, 16);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FLOAT_EQ(local[static_cast<size_t>(i)], static_cast<float>(std::pow(100.0, -2.0 * i / 8)));
+    EXPECT_FLOAT_EQ(global[static_cast<size_t>(i)], static_cast<float>(std::pow(10000.0, -2.0 * i / 8)) / 2.0f);
+  }
+  ModelConfig phi;
+  phi.d_head = 8;
+  phi.rope_theta = 10000.0;
+  phi.rope_scaling = {"longrope", 1.0, 1.0, 4.0, 32, {1, 1, 2, 2}, {4, 4, 8, 8}, 1.2};
+  const auto short_f = layer_rope_inv_freq(phi, {}, 0, 32), long_f = layer_rope_inv_freq(phi, {}, 0, 33);
+  EXPECT_FLOAT_EQ(short_f[2], 1.0f / (2.0f * static_cast<float>(std::pow(10000.0, 0.5))));
+  EXPECT_FLOAT_EQ(long_f[2], 1.0f / (8.0f * static_cast<float>(std::pow(10000.0, 0.5))));
+}
+
 TEST(Rope, RotateHalfFormula) {
   ModelConfig c;
   c.d_head = 16;

@@ -67,7 +67,7 @@ class BoundRun {
         rj_(g, o.job, o.input, {o.out + ".h5", o.out + ".csv", o.out + ".json"}), pool_(g.resolved_threads()) {}
 
   void run() {
-    rj_.load(o_.dump.empty());
+    load();
     require_default_attention_scale(rj_.model().config, "ckv bound/check");
     const ModelConfig& cf = rj_.model().config;
     std::vector<int64_t> layers = parse_index_list(o_.layers, cf.n_layer, "--layers");
@@ -98,6 +98,23 @@ class BoundRun {
   }
 
  private:
+  // The model: --model's; with --dump and no --model, the one the dump carries when it holds
+  // W_O (`ckv dump --what ...,wo`, or ckv.hf's bridge from any HF model), else the default.
+  void load() {
+    if (!o_.dump.empty() && g_.model.empty()) {
+      const h5::File f = h5::File::open_read(o_.dump);
+      check_dump_schema(f);
+      if (std::optional<Model> m = model_from_dump(f, o_.dump)) {
+        if (!g_.quiet)
+          fmt::print(stderr, "ckv: note: {}: analysed with the model the dump carries (its config and W_O); "
+                     "--model would name another\n", o_.dump);
+        rj_.load_from_dump(std::move(*m), f.attr_string("model_sha256"));
+        return;
+      }
+    }
+    rj_.load(o_.dump.empty());
+  }
+
   // Opens the outputs once the provenance is complete; returns the ids already complete.
   std::set<std::string> open() {
     rj_.open(kBoundSchema, kBoundSchemaVersion, job_.kind, job_.settings);
@@ -169,8 +186,9 @@ void add_analysis_options(CLI::App& cmd, AnalysisOptions& o, bool alpha) {
       ->needs(cmd.get_option("--tokens"));
   auto* input = add_jsonl_option(cmd, o.input, "Path of a JSONL batch: {id, context, question} per line");
   auto* dump = cmd.add_option("--dump", o.dump,
-                              "Path of a `ckv dump` file to analyse (needs q,k,v of all heads; --model must be the "
-                              "dump's model)");
+                              "Path of a `ckv dump` file to analyse (needs q,k,v of all heads). Without --model, a "
+                              "dump that holds W_O (--what ...,wo) is analysed with its own config and W_O; else "
+                              "--model must be the dump's model");
   for (const char* other : {"--prompt", "--prompt-file", "--tokens"}) dump->excludes(cmd.get_option(other));
   input->excludes(dump);
   cmd.add_option("--budgets", o.budgets,

@@ -41,9 +41,18 @@ RecordJob::RecordJob(const GlobalOptions& g, const JobFlags& flags, const JobInp
 
 void RecordJob::load(bool run_model) {
   loaded_.emplace(g_, /*hash=*/true);
-  const Model& model = loaded_->model();
   // The forward pass is built before the provenance: its context is the device that runs it.
-  prov_ = g_.provenance(run_model ? forward().context().device_string() : std::string(device_name(Device::CPU)));
+  describe_model(run_model ? forward().context().device_string() : std::string(device_name(Device::CPU)));
+}
+
+void RecordJob::load_from_dump(Model model, const std::string& model_sha256) {
+  loaded_.emplace(g_, std::move(model), model_sha256);
+  describe_model(std::string(device_name(Device::CPU)));
+}
+
+void RecordJob::describe_model(const std::string& device) {
+  const Model& model = loaded_->model();
+  prov_ = g_.provenance(device);
   prov_.set("model_path", model.source.path.string());
   prov_.set("model_sha256", loaded_->sha256());
   // A model's sliding-window layers are named in every output's provenance and said once

@@ -69,6 +69,9 @@ class LoadedModel {
  public:
   // `hash`: also the model's sha256 (model_sha256), for outputs that name it.
   explicit LoadedModel(const GlobalOptions& g, bool hash = false);
+  // A model read from elsewhere (a dump's, model_from_dump) with the hash its file names.
+  LoadedModel(const GlobalOptions& g, Model model, std::string sha256)
+      : g_(g), model_(std::move(model)), sha_(std::move(sha256)) {}
   LoadedModel(const LoadedModel&) = delete;  // the forward pass refers to the model
   LoadedModel& operator=(const LoadedModel&) = delete;
 
@@ -94,6 +97,9 @@ class RecordJob {
   // provenance names the CPU). describe_input: the input's provenance, by default the JSONL
   // batch or the prompt (input_file(), input_sha256(), its record count).
   void load(bool run_model = true);
+  // Step 2 for a job that reads only a dump: `model` is the one the dump carries (config and
+  // W_O, model_from_dump) with the dump's model hash; no forward pass.
+  void load_from_dump(Model model, const std::string& model_sha256);
   void describe_input(const std::string& file, const std::string& sha256, int64_t records);
   void describe_input();
 
@@ -151,6 +157,7 @@ class RecordJob {
   std::string input_file() const;
 
  private:
+  void describe_model(const std::string& device);  // the provenance of the loaded model
   void remove_if_empty(const std::function<void()>& release);
 
   const GlobalOptions& g_;

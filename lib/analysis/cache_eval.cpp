@@ -76,8 +76,7 @@ class LayerSelector {
   LayerSelector(const Model& model, std::vector<Planned*> plans, int64_t c, std::vector<int64_t> eval_rows,
                 const SelectionParams& params, std::map<Budget, std::map<int64_t, int64_t>> totals, ThreadPool& pool)
       : model_(model), plans_(std::move(plans)), c_(c), eval_rows_(std::move(eval_rows)), params_(params),
-        totals_(std::move(totals)), pool_(pool),
-        inv_freq_(std::make_shared<const std::vector<float>>(rope_inv_freq(model.config, model.weights.rope_freq_factors))) {
+        totals_(std::move(totals)), pool_(pool) {
     for (const Planned* p : plans_)
       if (std::none_of(methods_.begin(), methods_.end(), [&](const MethodSpec& m) { return m.name() == p->method.name(); }))
         methods_.push_back(p->method);
@@ -102,7 +101,9 @@ class LayerSelector {
     lr.eval_rows = eval_rows_;
     lr.layer = layer;
     lr.n_layer = cf.n_layer;
-    lr.rope_inv_freq = inv_freq_;  // expectedattention undoes the queries' rotation
+    // expectedattention undoes the queries' rotation: the frequencies this layer rotated by
+    lr.rope_inv_freq = std::make_shared<const std::vector<float>>(
+        layer_rope_inv_freq(cf, model_.weights.rope_freq_factors, layer, k.dim(1)));
     lr.window = cf.window_of(layer);
     lr.first_reader = c_;  // the question's first token, or the first decoded one
     for (const auto& [budget, per_layer] : totals_) lr.layer_totals[budget] = per_layer.at(layer);
@@ -130,7 +131,6 @@ class LayerSelector {
   const SelectionParams& params_;
   std::map<Budget, std::map<int64_t, int64_t>> totals_;
   ThreadPool& pool_;
-  std::shared_ptr<const std::vector<float>> inv_freq_;  // [d_head/2] the model's RoPE frequencies
 };
 
 // Hands each layer's Q/K/V of the context prefill to the selector.

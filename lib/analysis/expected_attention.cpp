@@ -22,7 +22,8 @@ ScoreMatrix expected_attention_scores(const Tensor& q, const Tensor& k, const Te
   if (n <= 0)
     fail<InputError>("expectedattention: the context of {} tokens is not longer than --ea-sinks {}", c, s);
   if (static_cast<int64_t>(inv_freq.size()) != half || 2 * half != d)
-    fail<InputError>("expectedattention: {} RoPE frequencies for d_head {}", inv_freq.size(), d);
+    fail<UnsupportedError>("expectedattention: the model rotates {} of its {} head dims (partial rotary), and "
+                           "expectedattention undoes a rotation of the whole head only", 2 * inv_freq.size(), d);
 
   // The forward pass's cos/sin (float, as applied) for [0, c) and the future [c, c + T).
   const RopeTable table = make_rope_table(inv_freq, c + params.ea_future);

@@ -330,8 +330,7 @@ method_mask_source(const ModelConfig& config, const ModelWeights& weights, const
     for (int64_t l : req.layers)
       if (!req.layer_totals.count(l))
         fail<InputError>("--method {}: no layer allocation for layer {} (it needs the pre-pass)", req.method.name(), l);
-  const auto inv_freq = std::make_shared<const std::vector<float>>(rope_inv_freq(config, weights.rope_freq_factors));
-  return [&config, &weights, req, plan, needs_nu, inv_freq](int64_t layer, const Tensor& q, const Tensor& k,
+  return [&config, &weights, req, plan, needs_nu](int64_t layer, const Tensor& q, const Tensor& k,
                                                   const Tensor& v, std::vector<AttentionMaskSpan>& spans) {
     if (std::find(req.layers.begin(), req.layers.end(), layer) == req.layers.end()) return;
     const Tensor wo = weights.layers[static_cast<size_t>(layer)].wo.to_f32();  // [d_model, n_head*d_head]
@@ -348,7 +347,9 @@ method_mask_source(const ModelConfig& config, const ModelWeights& weights, const
     lr.eval_rows = req.eval_rows;
     lr.layer = layer;
     lr.n_layer = config.n_layer;
-    lr.rope_inv_freq = inv_freq;
+    // The frequencies this layer rotated by in this pass (its own base on a Gemma 3 local layer).
+    lr.rope_inv_freq = std::make_shared<const std::vector<float>>(
+        layer_rope_inv_freq(config, weights.rope_freq_factors, layer, k.dim(1)));
     lr.window = config.window_of(layer);
     if (req.method.layer_global()) lr.layer_totals = {{req.budget, req.layer_totals.at(layer)}};
     const Selection sel = layer_selections(t, lr, req.pool).front();

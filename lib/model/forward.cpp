@@ -137,12 +137,8 @@ Forward::Forward(const ModelConfig& config, const ModelWeights& weights, Forward
   inv_freq_ = rope_inv_freq(c, weights.rope_freq_factors);
   if (c.rope_scaling.type == "longrope") inv_freq_long_ = rope_inv_freq(c, {}, /*long_factors=*/true);
   rope_scale_ = rope_attention_scale(c);
-  if (c.rope_local_theta > 0) {  // sliding layers: their own base, no scaling (Gemma 3)
-    ModelConfig local = c;
-    local.rope_theta = c.rope_local_theta;
-    local.rope_scaling = {};
-    inv_freq_local_ = rope_inv_freq(local, {});
-  }
+  // Sliding layers with their own base, unscaled (Gemma 3).
+  if (c.rope_local_theta > 0) inv_freq_local_ = rope_inv_freq(local_rope_config(c), {});
 }
 
 void Forward::select_rope(int64_t end) {

@@ -58,6 +58,20 @@ bool rope_uses_long_factors(const ModelConfig& config, int64_t end) {
   return config.rope_scaling.type == "longrope" && end > config.rope_scaling.original_max_position;
 }
 
+ModelConfig local_rope_config(const ModelConfig& config) {
+  if (config.rope_local_theta <= 0) return config;
+  ModelConfig local = config;
+  local.rope_theta = config.rope_local_theta;
+  local.rope_scaling = {};
+  return local;
+}
+
+std::vector<float> layer_rope_inv_freq(const ModelConfig& config, std::span<const float> freq_factors,
+                                       int64_t layer, int64_t end) {
+  if (config.rope_local_theta > 0 && config.window_of(layer) > 0) return rope_inv_freq(local_rope_config(config), {});
+  return rope_inv_freq(config, freq_factors, rope_uses_long_factors(config, end));
+}
+
 float rope_attention_scale(const ModelConfig& config) {
   return config.rope_scaling.type == "longrope" ? static_cast<float>(config.rope_scaling.attention_factor) : 1.0f;
 }

@@ -59,8 +59,11 @@ class AnalysisRecorder : public Recorder {
                    ThreadPool& pool, const std::vector<LayerSelection>& files,
                    const Collectors* collectors = nullptr)
       : model_(model), blocks_(blocks), rec_(rec), pool_(pool), files_(files), collectors_(collectors),
-        inv_freq_(std::make_shared<const std::vector<float>>(
-            rope_inv_freq(model.config, model.weights.rope_freq_factors))) {}
+        needs_rope_(std::any_of(blocks.begin(), blocks.end(), [](const AnalysisBlock& b) {
+          return std::any_of(b.methods.begin(), b.methods.end(), [](const MethodSpec& m) {
+            return m.leaf().kind == MethodSpec::Kind::ExpectedAttention;
+          });
+        })) {}
   void on_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) override {
     const Tensor wo = model_.weights.layers.at(static_cast<size_t>(layer)).wo.to_f32();
     analyze(layer, q, k, v, wo);
@@ -68,6 +71,11 @@ class AnalysisRecorder : public Recorder {
   void analyze(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& wo) {
     const ValueNorms nu = value_norms(v, wo, q.dim(0), {}, {.l1 = true, .l2 = true}, &pool_);
     LayerTensors t{&q, &k, &v, &wo, &nu.l1, &nu.l2};
+    // expectedattention undoes the rotation this layer's keys had in this pass.
+    std::shared_ptr<const std::vector<float>> inv_freq;
+    if (needs_rope_)
+      inv_freq = std::make_shared<const std::vector<float>>(
+          layer_rope_inv_freq(model_.config, model_.weights.rope_freq_factors, layer, k.dim(1)));
     LayerResult merged;
     for (size_t bi = 0; bi < blocks_.size(); ++bi) {
       const AnalysisBlock& b = blocks_[bi];
@@ -83,7 +91,7 @@ class AnalysisRecorder : public Recorder {
       r.oracle = b.oracle;
       r.oracle_max_n = b.oracle_max_n;
       r.nu_min = b.nu_min;
-      r.rope_inv_freq = inv_freq_;
+      r.rope_inv_freq = inv_freq;
       r.window = model_.config.window_of(layer);  // a sliding layer: selections among what it holds
       if (auto it = files_[bi].find(layer); it != files_[bi].end()) {
         check_selection(b.selection_file, layer, it->second, rec_.c, fmt::format("record \"{}\"", rec_.id));
@@ -116,7 +124,7 @@ class AnalysisRecorder : public Recorder {
   ThreadPool& pool_;
   const std::vector<LayerSelection>& files_;
   const Collectors* collectors_;
-  std::shared_ptr<const std::vector<float>> inv_freq_;
+  bool needs_rope_;  // a block selects with expectedattention
 };
 
 // A record of a prompt of n tokens whose context ends at context_end, under the protocol

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "output/provenance.h"
@@ -50,7 +53,15 @@ void write_model_attrs(h5::Group g, const Model& model, const std::string& sha25
                                    {"low_freq_factor", c.rope_scaling.low_freq_factor},
                                    {"high_freq_factor", c.rope_scaling.high_freq_factor},
                                    {"original_max_position", c.rope_scaling.original_max_position},
-                                   {"freq_factors_tensor", !model.weights.rope_freq_factors.empty()}});
+                                   {"freq_factors_tensor", !model.weights.rope_freq_factors.empty()},
+                                   {"short_factor", c.rope_scaling.short_factor},
+                                   {"long_factor", c.rope_scaling.long_factor},
+                                   {"attention_factor", c.rope_scaling.attention_factor}});
+  // What the analysis of the dump needs beyond the shapes, so that it runs without the model
+  // file (model_from_dump): the rotated dims, Gemma 3's local base, the logit scale.
+  g.set_attr_int("rope_dim", c.rope_dim > 0 ? c.rope_dim : c.d_head);
+  g.set_attr_double("rope_local_theta", c.rope_local_theta);
+  g.set_attr_double("attn_scale", c.attn_scale);
   g.set_attr_bool("attention_bias", c.attention_bias);
   g.set_attr_bool("tied_embeddings", c.tied_embeddings);
   // Layers whose attention is a sliding window (their keys before p - window never count):
@@ -63,7 +74,117 @@ void write_model_attrs(h5::Group g, const Model& model, const std::string& sha25
   g.set_attr_json("weight_dtypes", model.source.dtype_counts);
 }
 
+// A number of the rope_scaling JSON, `fallback` when absent (a dump from an older ckv).
+double scaling_number(const nlohmann::json& j, const char* key, double fallback, const std::string& where) {
+  if (!j.contains(key)) return fallback;
+  if (!j[key].is_number()) fail<FormatError>("{}: rope_scaling.{} is not a number", where, key);
+  return j[key].get<double>();
+}
+
+std::vector<float> scaling_factors(const nlohmann::json& j, const char* key, const std::string& where) {
+  std::vector<float> out;
+  if (!j.contains(key)) return out;
+  if (!j[key].is_array()) fail<FormatError>("{}: rope_scaling.{} is not a list", where, key);
+  for (const nlohmann::json& x : j[key]) {
+    if (!x.is_number() || !std::isfinite(x.get<double>()) || x.get<double>() <= 0)
+      fail<FormatError>("{}: rope_scaling.{} holds a value that is not a positive number", where, key);
+    out.push_back(x.get<float>());
+  }
+  return out;
+}
+
+ModelConfig config_from_model_attrs(const h5::Group& g, const std::string& where) {
+  ModelConfig c;
+  c.arch_name = g.attr_string("arch");  // only named: the dump's own tensors are what is analysed
+  c.n_layer = g.attr_int("n_layer");
+  c.n_head = g.attr_int("n_head");
+  c.n_kv_head = g.attr_int("n_kv_head");
+  c.d_head = g.attr_int("d_head");
+  c.d_model = g.attr_int("d_model");
+  c.d_ff = g.attr_int("d_ff");
+  c.vocab = g.attr_int("vocab");
+  c.context_length = g.attr_int("context_length");
+  c.rms_eps = g.attr_double("rms_eps");
+  c.rope_theta = g.attr_double("rope_theta");
+  c.attention_bias = g.attr_bool("attention_bias");
+  c.tied_embeddings = g.attr_bool("tied_embeddings");
+  c.rope_dim = g.has_attr("rope_dim") ? g.attr_int("rope_dim") : c.d_head;
+  c.rope_local_theta = g.has_attr("rope_local_theta") ? g.attr_double("rope_local_theta") : 0.0;
+  c.attn_scale = g.has_attr("attn_scale") ? g.attr_double("attn_scale") : 0.0;
+  if (!std::isfinite(c.rope_local_theta) || c.rope_local_theta < 0)
+    fail<FormatError>("{}: rope_local_theta {} is not a non-negative number", where, c.rope_local_theta);
+  const nlohmann::json sc = g.attr_json("rope_scaling");
+  if (!sc.is_object() || !sc.contains("type") || !sc["type"].is_string())
+    fail<FormatError>("{}: rope_scaling is not an object with a type", where);
+  c.rope_scaling.type = sc["type"].get<std::string>();
+  c.rope_scaling.factor = scaling_number(sc, "factor", 1.0, where);
+  c.rope_scaling.low_freq_factor = scaling_number(sc, "low_freq_factor", 1.0, where);
+  c.rope_scaling.high_freq_factor = scaling_number(sc, "high_freq_factor", 4.0, where);
+  c.rope_scaling.original_max_position =
+      static_cast<int64_t>(scaling_number(sc, "original_max_position", 8192, where));
+  c.rope_scaling.attention_factor = scaling_number(sc, "attention_factor", 1.0, where);
+  c.rope_scaling.short_factor = scaling_factors(sc, "short_factor", where);
+  c.rope_scaling.long_factor = scaling_factors(sc, "long_factor", where);
+  c.sliding_window = g.attr_int("sliding_window");
+  const nlohmann::json sliding = g.attr_json("sliding_layers");
+  if (!sliding.is_array()) fail<FormatError>("{}: sliding_layers is not a list", where);
+  c.validate(where);  // the shapes first: n_layer bounds the sliding layers
+  for (const nlohmann::json& l : sliding) {
+    if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= c.n_layer)
+      fail<FormatError>("{}: sliding_layers holds {}, not a layer in [0, {})", where, l.dump(), c.n_layer);
+    if (c.sliding_layers.empty()) c.sliding_layers.assign(static_cast<size_t>(c.n_layer), 0);
+    c.sliding_layers[static_cast<size_t>(l.get<int64_t>())] = 1;
+  }
+  if (!c.sliding_layers.empty() && c.sliding_window < 1)
+    fail<FormatError>("{}: sliding layers with a window of {}", where, c.sliding_window);
+  return c;
+}
+
 }  // namespace
+
+std::optional<Model> model_from_dump(const h5::File& file, const std::string& path) {
+  if (!file.exists("model/layers")) return std::nullopt;
+  const h5::Group g = file.open_group("model");
+  const std::string where = fmt::format("{}: /model", path);
+  Model m;
+  m.config = config_from_model_attrs(g, where);
+  const ModelConfig& c = m.config;
+  m.source.path = g.attr_string("path");
+  m.source.format = g.attr_string("format");
+  m.weights.layers.resize(static_cast<size_t>(c.n_layer));
+  const std::vector<int64_t> want{c.d_model, c.n_head * c.d_head};
+  std::vector<int64_t> with, without;
+  for (int64_t l : file.attr_ints("layers")) {
+    if (l < 0 || l >= c.n_layer) fail<FormatError>("{}: recorded layer {} is outside [0, {})", path, l, c.n_layer);
+    const std::string name = fmt::format("model/layers/{}/W_O", l);
+    if (!file.exists(name)) {
+      without.push_back(l);
+      continue;
+    }
+    const h5::Dataset ds = file.open_dataset(name);
+    if (ds.shape() != want)
+      fail<FormatError>("{}: W_O has shape [{}], expected [{}] from /model", ds.where(), fmt::join(ds.shape(), ", "),
+                        fmt::join(want, ", "));
+    m.weights.layers[static_cast<size_t>(l)].wo = WeightMatrix::from_tensor(Tensor(want, ds.read<float>()));
+    with.push_back(l);
+  }
+  if (with.empty()) return std::nullopt;
+  if (!without.empty())
+    fail<FormatError>("{}: W_O is stored for layers {} but not for layer {}", path, fmt::join(with, ","),
+                      without.front());
+  if (file.exists("model/rope_freqs")) {
+    const h5::Dataset ds = file.open_dataset("model/rope_freqs");
+    if (ds.shape() != std::vector<int64_t>{c.rope_dim / 2})
+      fail<FormatError>("{}: rope_freqs has shape [{}], expected [{}]", ds.where(), fmt::join(ds.shape(), ", "),
+                        c.rope_dim / 2);
+    m.weights.rope_freq_factors = ds.read<float>();
+  } else if (const nlohmann::json sc = g.attr_json("rope_scaling"); sc.is_object() && sc.contains("freq_factors_tensor") &&
+                                                                      sc["freq_factors_tensor"] == true) {
+    fail<FormatError>("{}: the model rotates by GGUF rope_freqs, which this dump does not hold (an older ckv "
+                      "wrote it): give --model", path);
+  }
+  return m;
+}
 
 DumpContents DumpContents::parse(std::string_view list) {
   DumpContents w;
@@ -224,6 +345,13 @@ DumpFile DumpFile::create(const std::filesystem::path& path, const Provenance& p
       ds.set_dims({"d_model", "head_d_head"});
       describe(ds, "the layer's attention output projection W_O (float32), as nu was computed from");
       ds.write(std::vector<float>(wo.data(), wo.data() + wo.numel()));
+    }
+    const std::vector<float>& factors = model.weights.rope_freq_factors;
+    if (!factors.empty()) {  // GGUF's rope_freqs: the rotary frequencies are not in the config
+      h5::Dataset ds = file.create_dataset("model/rope_freqs", h5::DType::F32, {static_cast<int64_t>(factors.size())});
+      ds.set_dims({"rope_pair"});
+      describe(ds, "the model's RoPE frequency divisors (GGUF rope_freqs): inv_freq[i] / rope_freqs[i]");
+      ds.write(factors);
     }
   }
   file.create_group("records");

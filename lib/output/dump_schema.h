@@ -24,10 +24,10 @@
 #include "core/tensor.h"
 #include "io/h5.h"
 #include "data/records.h"
+#include "model/model.h"
 
 namespace ckv {
 
-struct Model;
 struct Provenance;
 
 inline constexpr const char* kDumpSchema = "ckv.dump";
@@ -133,6 +133,14 @@ class DumpFile {
   DumpSettings settings_;
   int64_t group_size_;
 };
+
+// The model a dump carries (docs/DUMP.md "/model attributes"): its config from /model's
+// attributes and the W_O of every recorded layer, so that `ckv bound --dump` and `ckv check
+// --dump` run without the model file (a dump of `ckv dump --what ...,wo`, or of ckv.hf's
+// bridge from any HF model). No tokenizer and no other weights: it runs no forward pass.
+// nullopt when the dump holds no W_O; FormatError naming the dump for a header or W_O that
+// is missing, mistyped or out of range, or W_O present for some recorded layers only.
+std::optional<Model> model_from_dump(const h5::File& file, const std::string& path);
 
 // "all" or comma-separated indices and inclusive ranges ("0-3,7,10-12") in [0, limit);
 // returned sorted and unique. Throws InputError "<flag>: ..." naming the bad entry.

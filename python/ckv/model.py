@@ -128,9 +128,11 @@ class Model:
         """o_proj.weight of `layer`: W_O, [d_model, n_head*d_head] float32 (HF layout)."""
         return self._m.wo(layer)
 
-    def rope_inv_freq(self) -> np.ndarray:
-        """The RoPE inverse frequencies [d_head/2] (expectedattention needs them)."""
-        return self._m.rope_inv_freq()
+    def rope_inv_freq(self, layer: int = 0, end: int = 0) -> np.ndarray:
+        """The RoPE inverse frequencies [rope_dim/2] that `layer` rotates by in a pass over
+        `end` positions (expectedattention needs them): a Gemma 3 local layer's own base,
+        longrope's long factors for a long pass."""
+        return self._m.rope_inv_freq(layer, end)
 
     # --- the forward pass ------------------------------------------------------------------
     def tokens_of(self, text_or_ids, question: Optional[str] = None, chat: bool = False):
@@ -229,7 +231,7 @@ class Model:
         if rec.q is None or rec.k is None or rec.v is None:
             raise _ckv.InputError("the recording has no q, k, v (run with record='q,k,v,...')")
         s = rec.slot(layer)
-        params.setdefault("inv_freq", self.rope_inv_freq())
+        params.setdefault("inv_freq", self.rope_inv_freq(layer, rec.q.shape[-2]))
         return bound(rec.q[s], rec.k[s], rec.v[s], self.wo(layer), context_end=rec.context_end,
                      methods=methods, budgets=budgets, layer=layer, n_layer=self.config["n_layer"], **params)
 

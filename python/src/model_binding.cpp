@@ -289,8 +289,10 @@ class PyModel {
     return to_numpy(std::move(w));
   }
 
-  NumpyArray<float> inv_freq() const {
-    std::vector<float> f = rope_inv_freq(model_.config, model_.weights.rope_freq_factors);
+  NumpyArray<float> inv_freq(int64_t layer, int64_t end) const {
+    if (layer < 0 || layer >= model_.config.n_layer)
+      fail<UsageError>("layer {} is outside [0, {})", layer, model_.config.n_layer);
+    std::vector<float> f = layer_rope_inv_freq(model_.config, model_.weights.rope_freq_factors, layer, end);
     const auto n = static_cast<int64_t>(f.size());
     return to_numpy(std::move(f), {n});
   }
@@ -393,7 +395,7 @@ void register_model(nb::module_& m) {
            nb::arg("logit_rows") = std::vector<int64_t>{}, nb::arg("threads") = 0)
       .def("eval", &PyModel::eval, nb::arg("record_json"), nb::arg("args"))
       .def("wo", &PyModel::wo, nb::arg("layer"))
-      .def("rope_inv_freq", &PyModel::inv_freq);
+      .def("rope_inv_freq", &PyModel::inv_freq, nb::arg("layer") = 0, nb::arg("end") = 0);
 
   m.def("default_model_path", [] { return default_model_path().string(); });
   m.def(

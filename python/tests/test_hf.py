@@ -58,3 +58,44 @@ def test_bounds_agree(both):
         assert agree > 0.99, f"layer {layer}: kept masks agree on {agree:.3f} only"
         for name in ("L1", "theta", "theta_hat", "C", "S"):
             np.testing.assert_allclose(b.mean(name), a.mean(name), rtol=2e-2, atol=1e-4, err_msg=f"{layer} {name}")
+
+
+def test_a_bridge_dump_is_analysed_by_ckv_bound_without_the_model(both, tmp_path):
+    """The issue's proof of the bridge: the HF run's dump (ckv.hf.write_dump, W_O and config in
+    /model) analysed by `ckv bound --dump` with no --model gives the numbers `ckv bound`
+    gives on ckv's own dump of the same prompt, within float32 tolerance."""
+    import subprocess
+
+    model, ours, theirs = both
+    binary = os.environ.get("CKV_BINARY", str(ROOT / "build" / "ckv"))
+    hf_dump = ckv.hf.write_dump(theirs, tmp_path / "hf_dump.h5")
+    import json
+
+    record = tmp_path / "record.jsonl"  # tokenised as the fixture's ids, with the same context end
+    record.write_text(json.dumps({"id": "0", "context": CONTEXT, "question": QUESTION}) + "\n")
+    layers = ",".join(str(x) for x in LAYERS)
+
+    def ckv_run(*args):
+        r = subprocess.run([binary, "-q", *args], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r
+
+    ckv_run("dump", "-m", str(MODEL), "-i", str(record), "--layers", layers, "--what", "q,k,v,wo",
+            "--dtype", "f32", "-o", str(tmp_path / "ckv_dump.h5"))
+    bound = ["bound", "--layers", layers, "--window", "8", "--budgets", "0.2,0.5", "--methods",
+             "snapkv,criticalkv(snapkv),adakv(snapkv)"]
+    # The bridge's dump needs no --model: ckv reads the HF model's config and W_O from it.
+    ckv_run(*bound, "--dump", hf_dump, "-o", str(tmp_path / "hf"))
+    ckv_run(*bound, "-m", str(MODEL), "--dump", str(tmp_path / "ckv_dump.h5"), "-o", str(tmp_path / "ckv"))
+    assert len(ckv.table(ckv.open(hf_dump))) == 1  # ckv's reader reads the bridge's dump
+    ours_dump = ckv.open(str(tmp_path / "ckv_dump.h5"))
+    np.testing.assert_array_equal(ours_dump.h5["records/0/tokens"][()], theirs.tokens)
+    ta, tb = (ckv.table(ckv.open(str(tmp_path / f"{name}.h5"))) for name in ("ckv", "hf"))
+    assert len(ta) == len(tb) > 0
+    keys = ["method", "budget", "layer", "head"]
+    ta, tb = ta.sort_values(keys).reset_index(drop=True), tb.sort_values(keys).reset_index(drop=True)
+    assert (ta[keys].values == tb[keys].values).all()
+    for name in ("L1", "theta", "theta_hat", "C", "S"):
+        if name in ta:
+            np.testing.assert_allclose(tb[name].to_numpy(float), ta[name].to_numpy(float), rtol=2e-2, atol=1e-4,
+                                       err_msg=name)

@@ -195,3 +195,16 @@ def test_eval_equals_ckv_eval(model, tmp_path):
         model.eval(record, methods, budgets, max_new_tokens=2, track_steps=3)
     with pytest.raises(ckv.UsageError, match="unknown setting 'windw'"):
         model.eval(record, methods, budgets, windw=3)
+
+
+def test_each_layer_rotates_by_its_own_rope_frequencies():
+    """Model.rope_inv_freq(layer, end), what Model.bound gives expectedattention: a Gemma 3
+    sliding layer rotates by rope_local_base_freq, a full one by rope_theta (the tiny model's
+    config.json), each theta^(-2i/d) in float32 as HF computes them."""
+    m = ckv.load(str(ROOT / "tests" / "data" / "models" / "tiny_gemma3_kv"))
+    d = m.config["d_head"]
+    power = np.arange(0, d, 2, dtype=np.float64) / d
+    np.testing.assert_allclose(m.rope_inv_freq(0, 16), (100.0 ** -power).astype(np.float32), rtol=1e-6)
+    np.testing.assert_allclose(m.rope_inv_freq(1, 16), (10000.0 ** -power).astype(np.float32), rtol=1e-6)
+    with pytest.raises(ckv.UsageError):
+        m.rope_inv_freq(4, 16)
