@@ -98,10 +98,13 @@ def _findings(files: dict, mask_pair) -> list:
                                        len(ev.records)))
     mask = files.get("mask")
     if mask is not None:
-        p = _placebo(mask.records[0])
-        if p and int(p.get("found", 0)) < int(p.get("requested", 0)):
-            out.append(W.placebo_sentence(int(p["requested"]), int(p["found"]), float(p.get("tolerance", 0)),
-                                          float(p.get("best_ratio", float("nan")))))
+        # Over every record, as the console's closing note counts them.
+        ps = [p for p in (_placebo(r) for r in mask.records) if p]
+        requested, found = sum(int(p.get("requested", 0)) for p in ps), sum(int(p.get("found", 0)) for p in ps)
+        if ps and found < requested:
+            short = next(p for p in ps if int(p.get("found", 0)) < int(p.get("requested", 0)))
+            out.append(W.placebo_sentence(requested, found, float(ps[0].get("tolerance", 0)),
+                                          float(short.get("best_ratio", float("nan")))))
     any_file = next(iter(files.values()))
     counts = [len(f.records) for f in files.values() if getattr(f, "records", None)] or [1]
     out.append(W.caveat_sentence(any_file.model, min(counts), max(counts)))
@@ -112,18 +115,19 @@ def _protocol_note(eval_file, mask_pair_files) -> str:
     if eval_file is None or not mask_pair_files:
         return ""
     acc = FE.accuracy_table(eval_file)
-    budget = str(mask_pair_files[0].settings.get("budget", "?"))
-    try:
-        b = min(range(len(eval_file.budgets)), key=lambda i: abs(eval_file.budgets[i] - float(budget)))
+    budget = mask_pair_files[0].budget_fraction
+    if budget is not None and len(eval_file.budgets):
+        b = min(range(len(eval_file.budgets)), key=lambda i: abs(eval_file.budgets[i] - budget))
         eval_acc = {m: acc[m][b] for m in eval_file.methods}
-    except ValueError:
+    else:
         eval_acc = {}
     logp = {}
     for m in mask_pair_files:
         rec = m.records[0]
         logp[m.method] = (float(rec.runs["target"].attrs.get("logp_answer", float("nan"))),
                           float(rec.attrs.get("logp_answer_full", float("nan"))))
-    return W.protocol_sentence(len(mask_pair_files[0].records), budget, len(eval_file.records),
+    shown = str(mask_pair_files[0].settings.get("budget", "?"))  # as given: 0.2 or 20%
+    return W.protocol_sentence(len(mask_pair_files[0].records), shown, len(eval_file.records),
                                str(eval_file.settings.get("compress", "context")), logp, eval_acc)
 
 

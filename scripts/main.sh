@@ -12,8 +12,8 @@
 # Markdown report with the figures, in out/report/report.md.
 #
 # Each step starts with a header saying what it runs and what its output shows, and the
-# time since the start; with output to a file (not a terminal) ckv's progress lines are
-# kept on (--progress). The set-up's build log goes to out/setup.log.
+# time since the start; with output to a file (not a terminal) each subcommand prints one
+# line a record on stderr. The set-up's build log goes to out/setup.log.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${CKV_BUILD_DIR:-$root/build}
@@ -27,8 +27,7 @@ header() {  # header TITLE WHAT-IT-SHOWS
   local t=$((SECONDS - start))
   printf '\n=== [%d/%d] %s (at %dm%02ds)\n    %s\n' "$step" "$steps" "$1" $((t / 60)) $((t % 60)) "$2"
 }
-progress=()
-[ -t 2 ] || progress=(--progress)   # a log file gets progress lines too
+# off a terminal (a log file) each subcommand prints one line a record on stderr: no --progress bar frames
 
 mkdir -p "$out"
 header "set-up: Debian packages, the default model, build/ckv" \
@@ -51,28 +50,28 @@ header "ckv niah: one 512-token needle-in-a-haystack record ($rec)" \
 "$ckv" niah --length 512 --seed 3 --depths 0.5 -o "$rec" --force
 header "ckv dump + ckv info of the dump" \
   "Q/K/V, value norms and the last 4 attention rows of every layer, then the file described"
-"$ckv" dump "${progress[@]}" -i "$rec" --attn-rows last:4 --out "$out/default.h5" --force
+"$ckv" dump -i "$rec" --attn-rows last:4 --out "$out/default.h5" --force
 "$ckv" info "$out/default.h5"
 header "ckv bound: actual eviction perturbation beside the bounds" \
   "Table 9: per budget, actual L1, CriticalKV's bound and the previous bound, share of heads improved"
-"$ckv" bound "${progress[@]}" -i "$rec" --out "$out/bound" --force
+"$ckv" bound -i "$rec" --out "$out/bound" --force
 header "ckv check: Assumption 3.4 per head" "the share of heads where the assumption holds"
-"$ckv" check "${progress[@]}" -i "$rec" --out "$out/check" --force
+"$ckv" check -i "$rec" --out "$out/check" --force
 header "ckv mask --span-name needle --placebo 2" \
   "the needle evicted in every layer beside 2 placebo spans of matched strength; 12 greedy tokens"
-"$ckv" mask "${progress[@]}" -i "$rec" --span-name needle --placebo 2 --match-tol 0.35 --seed 1 \
+"$ckv" mask -i "$rec" --span-name needle --placebo 2 --match-tol 0.35 --seed 1 \
   --generate 12 --verify-physical --out "$out/mask.h5" --force
 header "ckv mask --method snapkv --budget 0.2" \
   "snapkv selecting inside the masked pass at 20 %: per-layer perturbation (method snapkv)"
-"$ckv" mask "${progress[@]}" -i "$rec" --method snapkv --budget 0.2 --out "$out/mask_snapkv.h5" --force
+"$ckv" mask -i "$rec" --method snapkv --budget 0.2 --out "$out/mask_snapkv.h5" --force
 header "ckv mask --method 'criticalkv(snapkv)' --budget 0.2" \
   "the same for criticalkv(snapkv): compare with the table above (Figure 5 of the report)"
-"$ckv" mask "${progress[@]}" -i "$rec" --method 'criticalkv(snapkv)' --budget 0.2 \
+"$ckv" mask -i "$rec" --method 'criticalkv(snapkv)' --budget 0.2 \
   --out "$out/mask_criticalkv.h5" --force
 header "ckv niah --count 4 + ckv eval at 20 % and 40 %" \
   "answers decoded with a compressed KV cache: accuracy per method and budget"
 "$ckv" niah --length 512 --count 4 --seed 3 -o "$out/niah4.jsonl" --force
-"$ckv" eval "${progress[@]}" -i "$out/niah4.jsonl" --methods 'snapkv,criticalkv(snapkv)' \
+"$ckv" eval -i "$out/niah4.jsonl" --methods 'snapkv,criticalkv(snapkv)' \
   --budgets 0.2,0.4 --compress prompt --max-new-tokens 12 --out "$out/eval" --force
 header "the report (python3 -m analysis.report)" "what was found, then every figure and table"
 cd "$root"

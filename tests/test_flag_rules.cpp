@@ -25,6 +25,7 @@ void expect_usage_error(const std::string& args, const std::vector<std::string>&
   EXPECT_EQ(r.output.rfind("ckv: error: ", 0), 0u) << r.output;
   EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "not one line: " << r.output;
   for (const std::string& n : needles) EXPECT_NE(r.output.find(n), std::string::npos) << "no '" << n << "' in " << r.output;
+  EXPECT_EQ(r.output.find("ckv: error: ckv "), std::string::npos) << "a doubled prefix: " << r.output;
 }
 
 class FlagRules : public ::testing::Test {
@@ -143,7 +144,7 @@ TEST_F(FlagRules, BoundReadsTheOneSelectionFormat) {
 
 TEST(FlagTexts, UnknownNamesGetDidYouMean) {
   expect_usage_error("dumb", {"unknown subcommand 'dumb'", "did you mean dump?"});
-  expect_usage_error("forward --generat 3", {"unknown flag --generat", "did you mean --generate?"});
+  expect_usage_error("forward --generat 3", {"unknown flag --generat for `ckv forward`", "did you mean --generate?"});
   expect_usage_error("bound --budget 0.2", {"unknown flag --budget", "did you mean --budgets?"});
 }
 

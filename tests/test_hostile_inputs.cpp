@@ -428,15 +428,18 @@ TEST(HostileFlags, DeviceCudaIsRefusedAndProvenanceSaysCpu) {
   const std::string toks = tokens_file(dir, 40);
   // Every subcommand that takes --device, with and without its other arguments: refused in
   // one line naming the subcommand, before any output exists.
-  for (const std::string cmd : {"bound", "check", "dump", "mask", "forward", "info", "niah", "eval", "profile"})
+  for (const std::string cmd : {"bound", "check", "dump", "mask", "forward", "eval", "profile"})
     for (const std::string device : {"cuda", "cuda:1"}) {
       const RunResult r = run_ckv("-q " + cmd + " --device " + device);
       expect_one_error_line(r, 2, "--device");
       EXPECT_NE(r.output.find(device + ": ckv " + cmd + " runs on the CPU only"), std::string::npos)
           << cmd << ": " << r.output;
     }
-  // merge computes nothing: it has no --device (issue 30), and says so as for any unknown flag.
-  expect_one_error_line(run_ckv("-q merge --device cuda " + toks + " " + toks), 2, "unknown flag --device");
+  // merge, info, niah and ruler compute nothing on a device: they have no --device (issue 30),
+  // and say so as for any unknown flag.
+  expect_one_error_line(run_ckv("-q merge --device cuda " + toks + " " + toks), 2, "unknown flag --device for `ckv merge`");
+  for (const std::string cmd : {"info", "niah", "ruler"})
+    expect_one_error_line(run_ckv("-q " + cmd + " --device cpu"), 2, "unknown flag --device for `ckv " + cmd + "`");
   const RunResult full = run_ckv("-q dump --device cuda --model " + kTiny + " --tokens " + toks + " -o " +
                                  (dir / "cuda.h5").string());
   expect_one_error_line(full, 2, "--device: cuda: ckv dump runs on the CPU only");

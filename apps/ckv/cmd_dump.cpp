@@ -87,9 +87,14 @@ struct Run {
     tokens += n;
     seconds += took;
     progress.advance();
+    // The one progress style (README "Progress"): off a terminal, a line a record on stderr.
+    const std::string line = fmt::format("record {} \"{}\": {} tokens, c={}, {:.2f} s\n", meta.index, meta.id, n,
+                                         meta.context_end, took);
     if (o.verbose) {
-      fmt::print("record {} \"{}\": {} tokens, c={}, {:.2f} s\n", meta.index, meta.id, n, meta.context_end, took);
+      fmt::print("{}", line);
       std::fflush(stdout);
+    } else if (!progress.enabled() && !g.quiet) {
+      fmt::print(stderr, "{}", line);
     }
   }
 
@@ -211,14 +216,17 @@ void register_dump(CLI::App& app, GlobalOptions& g) {
                   "Attention rows: window (last --window context positions + the question), "
                   "last:N, all (full n x n), or a list (3,7-9)")->capture_default_str();
   auto* window = cmd->add_option("--window", o->window, "Observation window (tokens)")->capture_default_str();
-  cmd->add_option("--max-bytes", o->max_bytes, "Refuse a full n x n attention above this size (4GB, 512MB)")
-      ->transform(CLI::AsSizeValue(false))->capture_default_str();
+  cmd->add_option("--max-bytes", o->max_bytes,
+                  "Refuse a full n x n attention above this size: bytes, or a number with a unit, 512MB or 4GB "
+                  "(1 KB = 1024 bytes; default 4GB)")
+      ->transform(CLI::AsSizeValue(false).description(""))->type_name("SIZE");
   cmd->add_option("--dtype", o->dtype, "Storage type of tensors")->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
   cmd->add_option("--compress", o->compress, "gzip level in [0, 9] (0: off)")->check(in_range(0, 9))->capture_default_str();
   add_job_flags(*cmd, o->job);
   cmd->add_flag("--skip-bad", o->skip_bad, "Skip malformed JSONL lines (with a warning) instead of stopping");
-  cmd->add_flag("-v,--verbose", o->verbose, "Print one line per finished record (batch logs)");
+  cmd->add_flag("-v,--verbose", o->verbose, "Print the line of each finished record on stdout, also on a terminal (off a terminal it goes to "
+                "stderr without -v)");
   cmd->add_option("--timing-json", o->timing_json,
                   "Write where the time went (forward pass, writer, HDF5 writes, fsync) to this JSON file");
   cmd->callback([o, &g, window] { run_dump(*o, g, window->count() > 0); });

@@ -35,7 +35,7 @@ void register_info(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<InfoOptions>();
   CLI::App* cmd = app.add_subcommand("info", "Describe a model (config, tensors, tokenizer) or a ckv output file (.h5)");
   cmd->add_option("path", o->path, "Model (.gguf or HF directory) or output file (.h5); default: --model or the default model");
-  add_model_options(*cmd, g);
+  add_model_options(*cmd, g, /*device=*/false);  // reads the model, computes nothing
   cmd->add_flag("--json", o->json, "Print JSON for scripts");
   cmd->callback([o, &g] { run_info(*o, g); });
 }

@@ -112,25 +112,29 @@ void run_mask(MaskOptions& o, const GlobalOptions& g) {
   rj.describe_input();
   const nlohmann::json settings = mask_settings(o);
   rj.open(kMaskSchema, kMaskSchemaVersion, "", settings);
+  // The budget as a number beside the settings' text (0.2 or 20%), for readers (issue 30).
+  if (!o.run.budget.empty()) rj.provenance().set("budget_fraction", parse_budget_fraction(o.run.budget, "--budget"));
   const Provenance& prov = rj.provenance();
   MaskFile file = rj.continuing() ? MaskFile::resume(rj.partial(), prov.command_line)
                                   : MaskFile::create(rj.partial(), prov, settings);
   ThreadPool pool(g.resolved_threads());
   MaskRunner job(o.run, rj.model(), rj.forward(), pool);
+  rj.start_progress("mask");
   const int64_t skipped = rj.guarded([&] {
     return rj.for_each_record(file.complete_records(), [&] { return prompt_record(o, rj.model()); }, [&](JobRecord& r) {
       const MaskRecord rec = job.run({.id = r.id, .index = r.index, .prompt = std::move(r.prompt.tokens),
                                       .c = r.prompt.context_end, .answer = r.answer,
                                       .spans = std::move(r.prompt.token_spans)});
       if (rec.placebo.contains("note"))
-        fmt::print(stderr, "ckv mask: note: record \"{}\": {}\n", rec.id, rec.placebo["note"].get<std::string>());
+        rj.note(fmt::format("ckv mask: note: record \"{}\": {}", rec.id, rec.placebo["note"].get<std::string>()));
       file.write_record(rec);
       rj.written();
-      if (g.quiet) return;
-      fmt::print("{}", mask_summary(rec, o.run.verify_physical));
-      std::fflush(stdout);
+      rj.record_done(fmt::format("record \"{}\": {} tokens, context {}, {} runs", rec.id, rec.prompt_len, rec.c,
+                                 rec.runs.size()),
+                     mask_summary(rec, o.run.verify_physical));
     });
   });
+  rj.finish_progress();
   file.close();
   if (!o.csv.empty()) {
     // The CSV is regenerated from the whole file, so a resumed run writes every record's rows.
@@ -142,9 +146,8 @@ void run_mask(MaskOptions& o, const GlobalOptions& g) {
   }
   rj.commit();
   if (const auto [asked, found] = job.placebo_counts(); found < asked)
-    fmt::print(stderr, "ckv mask: note: {} of {} placebo spans found within --match-tol {} (each record's "
-               "attribute \"placebo\" says how many it has); a larger --match-tol widens the match\n",
-               found, asked, o.run.match_tol);
+    rj.note(fmt::format("ckv mask: note: {} of {} placebo spans found within --match-tol {} (each record's attribute \"placebo\" "
+                        "says how many it has); a larger --match-tol widens the match", found, asked, o.run.match_tol));
   if (!g.quiet && (skipped > 0 || !rj.shard().is_whole()))
     fmt::print("{}: {} records written, {} already complete (shard {})\n", o.out, rj.written_count(), skipped,
                rj.shard().to_string());
@@ -170,8 +173,8 @@ void register_mask(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--compare", o->run.compare, "With --method: also evict by this method at the same --budget (a run "
                   "named 'compare') and print both per-layer perturbations side by side, e.g. --method snapkv "
                   "--compare 'criticalkv(snapkv)' (the paper's Figure 5)");
-  cmd->add_option("--budget", o->run.budget, "With --method: kept entries per KV head as a fraction of the context in (0, 1], "
-                  "0.2 or 20%, as `ckv bound --budgets`");
+  cmd->add_option("--budget", o->run.budget, "With --method: kept entries per KV head as a fraction of the context in (0, 1) "
+                  "(1 would evict nothing), 0.2 or 20%, as `ckv bound --budgets`");
   cmd->add_option("--keep", o->run.keep, "With --method: kept entries per KV head as a count >= 1 (instead of --budget)")
       ->each([o](const std::string&) { o->keep_given = true; });
   add_selection_options(*cmd, o->selection);

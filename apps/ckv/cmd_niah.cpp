@@ -78,7 +78,7 @@ void run_niah(NiahCliOptions o, const GlobalOptions& g) {
 void register_niah(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<NiahCliOptions>();
   CLI::App* cmd = app.add_subcommand("niah", "Generate RULER-style needle-in-a-haystack prompts (JSONL)");
-  add_model_options(*cmd, g);
+  add_model_options(*cmd, g, /*device=*/false);  // the tokenizer only
   NiahOptions& n = o->niah;
   cmd->add_option("--length", n.length, "Target prompt length in tokens of the model's tokenizer, a count >= 1")
       ->check(at_least(1))->capture_default_str();

@@ -78,7 +78,7 @@ void register_ruler(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<RulerCliOptions>();
   CLI::App* cmd = app.add_subcommand(
       "ruler", "Generate RULER's synthetic tasks for the model's tokenizer (JSONL)");
-  add_model_options(*cmd, g);
+  add_model_options(*cmd, g, /*device=*/false);  // the tokenizer only
   cmd->add_option("--task", o->task,
                   "niah_single_1..3, niah_multikey_1..3, niah_multivalue, niah_multiquery, vt, "
                   "cwe, fwe, qa_1, qa_2, or all (the 13 in that order)")

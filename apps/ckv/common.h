@@ -36,7 +36,8 @@ struct GlobalOptions {
   Provenance provenance(const std::string& device_that_ran) const;
 };
 
-void add_model_options(CLI::App& cmd, GlobalOptions& g);  // --model, --device, --threads
+// --model, --device (unless `device` is false: a subcommand that runs no model computation), --threads
+void add_model_options(CLI::App& cmd, GlobalOptions& g, bool device = true);
 // --device cpu|cuda|cuda:N: every subcommand refuses a CUDA device (one line, exit 2) at
 // parsing, before any work; see main.cpp.
 void add_device_option(CLI::App& cmd, GlobalOptions& g);

@@ -134,7 +134,7 @@ std::string explain_unknown_name(const CLI::App& app, int argc, const char* cons
     const std::string flag = arg.substr(0, arg.find('='));
     if (std::find(flags.begin(), flags.end(), flag) != flags.end()) continue;
     const std::string near = closest_name(flag, flags);
-    return fmt::format("ckv {}: unknown flag {} ({}`ckv {} --help` lists them)", name, flag,
+    return fmt::format("unknown flag {} for `ckv {}` ({}`ckv {} --help` lists them)", flag, name,
                        near.empty() ? "" : fmt::format("did you mean {}? ", near), name);
   }
   return {};

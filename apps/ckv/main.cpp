@@ -104,15 +104,16 @@ void add_device_option(CLI::App& cmd, GlobalOptions& g) {
                    " runs on the CPU only (the CUDA kernels are built but not verified on a GPU, and no "
                    "subcommand runs them yet); use --device cpu";
           },
-          "cpu", "device"))
+          "", "device"))
+      ->type_name("DEVICE")
       ->capture_default_str();
 }
 
-void add_model_options(CLI::App& cmd, GlobalOptions& g) {
+void add_model_options(CLI::App& cmd, GlobalOptions& g, bool device) {
   cmd.add_option("-m,--model", g.model,
                  "Model: path of a .gguf file or of an HF safetensors directory (default: $CKV_MODEL, "
                  "else the embedded SmolLM2-135M-Instruct)");
-  add_device_option(cmd, g);
+  if (device) add_device_option(cmd, g);
   cmd.add_option("-t,--threads", g.threads,
                  "CPU threads, a count in [0, 1048576] (default, 0: all hardware threads; more are capped to them)")
       ->check(in_range(0, 1 << 20));
@@ -136,8 +137,10 @@ void build_app(CLI::App& app, GlobalOptions& g) {
   app.set_version_flag("--version", fmt::format("ckv {} ({})", ckv::kVersion, ckv::kGitCommit));
   app.require_subcommand(1);
   app.fallthrough();  // global flags (-q, --progress) are accepted after the subcommand too
-  app.add_flag("-q,--quiet", g.quiet, "No progress output (the default when stderr is not a terminal)");
-  app.add_flag("--progress", g.progress, "Show progress even when stderr is not a terminal");
+  app.add_flag("-q,--quiet", g.quiet, "Quiet: no progress and no console summaries (outputs are written as usual; errors and notes on "
+               "the data still print)");
+  app.add_flag("--progress", g.progress, "Draw the progress bar even when stderr is not a terminal (off a terminal the default is one "
+               "line a record)");
   register_info(app, g);
   register_forward(app, g);
   register_dump(app, g);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "core/sha256.h"
 
 namespace ckv::app {
@@ -73,9 +74,24 @@ void RecordJob::start_progress(const std::string& label) {
   progress_ = std::make_unique<Progress>(label, shard_records_, "records", g_.progress_mode());
 }
 
-void RecordJob::record_done(const std::string& line) {
-  if (progress_ && progress_->enabled()) progress_->advance();
-  else if (!g_.quiet) fmt::print(stderr, "{}\n", line);
+void RecordJob::record_done(const std::string& line, std::string_view results) {
+  const bool bar = progress_ && progress_->enabled();
+  if (!results.empty() && !g_.quiet) {
+    if (bar) {
+      progress_->print_above(stdout, results);
+    } else {
+      fmt::print("{}", results);
+      std::fflush(stdout);
+    }
+  }
+  if (bar) progress_->advance();
+  else if (!g_.quiet && results.empty()) fmt::print(stderr, "{}\n", line);  // results name the record already
+}
+
+void RecordJob::note(std::string_view text) {
+  const std::string line = fmt::format("{}\n", text);
+  if (progress_ && progress_->enabled()) progress_->print_above(stderr, line);
+  else fmt::print(stderr, "{}", line);
 }
 
 void RecordJob::finish_progress() {
@@ -97,7 +113,9 @@ std::string RecordJob::input_sha256() const {
   // A prompt or token file is read as the prompt is (one line for a FIFO or a directory);
   // the hash of its bytes is sha256_file's.
   const std::string file = input_file();
-  const std::string text = file.empty() ? input_.prompt.prompt : read_text_file(file);
+  const std::string text = file.empty()                       ? input_.prompt.prompt
+                           : file == input_.prompt.tokens_file ? read_regular_file(file, "the token file (--tokens takes the path of a file of token ids)")
+                                                               : read_text_file(file);
   if (input_.question.empty() && input_.answer.empty()) return text.empty() ? "" : sha256_hex(text);
   return sha256_hex(text + "\n" + input_.question + "\n" + input_.answer);
 }

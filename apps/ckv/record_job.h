@@ -135,7 +135,12 @@ class RecordJob {
   // stderr for each record (what a batch log keeps); nothing with -q. `label` names the
   // subcommand on the bar; finish_progress() ends it.
   void start_progress(const std::string& label);
-  void record_done(const std::string& line);
+  // `results` (a subcommand's per-record console table, if it prints one) go to stdout, above
+  // the bar; not with -q. Off a terminal they stand for `line`, as they open with the record.
+  void record_done(const std::string& line, std::string_view results = {});
+  // A note on the data (a line "ckv <sub>: note: ..." on stderr, above the bar; also with -q:
+  // it says what the outputs lack).
+  void note(std::string_view text);
   void finish_progress();
   int64_t written_count() const { return written_; }
   // Step 5 on success: commits every output.

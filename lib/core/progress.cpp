@@ -47,6 +47,17 @@ void Progress::finish() {
   std::fputc('\n', stderr);
 }
 
+void Progress::print_above(std::FILE* out, std::string_view text) {
+  std::lock_guard lock(mutex_);
+  if (enabled_ && !finished_) {
+    std::fputs("\r\x1b[K", stderr);
+    std::fflush(stderr);
+  }
+  std::fwrite(text.data(), 1, text.size(), out);
+  std::fflush(out);
+  if (enabled_ && !finished_) draw(false);
+}
+
 void Progress::draw(bool final_draw) {
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   double rate = seconds > 0 ? static_cast<double>(done_) / seconds : 0.0;

@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <cstdio>
 #include <string>
+#include <string_view>
 
 namespace ckv {
 
@@ -22,6 +24,9 @@ class Progress {
   void advance(int64_t n = 1);
   void set_note(std::string note);  // extra text after the counters, e.g. "layer 12"
   void finish();                    // final redraw and newline; idempotent
+  // Writes `text` to `out` above the bar: the bar's line is cleared first and redrawn after,
+  // so results printed during the run do not mix with it (the bar stays on stderr).
+  void print_above(std::FILE* out, std::string_view text);
 
   bool enabled() const { return enabled_; }
   static ProgressMode mode_from_flags(bool quiet, bool force);

@@ -437,15 +437,6 @@ class CheckSummary {
   std::vector<nlohmann::ordered_json> violations_;
 };
 
-// The budgets as the fractions given (`--budgets`), or none with `--keep`.
-std::vector<double> budget_fractions(const nlohmann::json& settings) {
-  std::vector<double> f;
-  if (settings.value("keep", int64_t{0}) > 0) return f;
-  std::stringstream ss(settings.at("budgets").get<std::string>());
-  for (std::string item; std::getline(ss, item, ',');) f.push_back(std::stod(item));
-  return f;
-}
-
 }  // namespace
 
 std::string write_bound_summaries(const std::filesystem::path& h5, const std::filesystem::path& csv_path,
@@ -459,11 +450,11 @@ std::string write_bound_summaries(const std::filesystem::path& h5, const std::fi
   std::optional<CheckSummary> check;
   auto start = [&](const BoundHeader& h) {
     if (h.kind == "check") {
-      if (!check) check.emplace(h.settings, budget_fractions(h.settings));
+      if (!check) check.emplace(h.settings, h.budget_fractions);
     } else if (!col) {
       std::vector<MethodSpec> methods;
       for (const std::string& m : h.labels) methods.push_back(MethodSpec::parse(m));
-      col.emplace(Collected{methods, comparisons(methods), BudgetAxis(budget_fractions(h.settings)), {}, {}, {}});
+      col.emplace(Collected{methods, comparisons(methods), BudgetAxis(h.budget_fractions), {}, {}, {}});
     }
   };
   const BoundHeader header = read_bound_records(h5, [&](const BoundHeader& h, const BoundRecord& rec) {

@@ -205,6 +205,7 @@ BoundHeader read_bound_records(const std::filesystem::path& path,
   h.kind = f.attr_string("kind");
   h.labels = f.attr_strings(h.kind == "check" ? "alphas" : "methods");
   h.settings = f.attr_json("settings");
+  h.budget_fractions = f.has_attr("budget_fractions") ? f.attr_doubles("budget_fractions") : budget_fractions_of(h.settings);
   h.provenance = attrs_as_json(f, {"schema", "schema_version", "kind", "methods", "alphas", "metrics", "settings"});
   const std::vector<std::string> ids = complete_records_in_input_order(f);
   h.records = static_cast<int64_t>(ids.size());

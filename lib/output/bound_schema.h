@@ -71,6 +71,7 @@ struct BoundHeader {
   std::string kind;                 // "bound" or "check"
   std::vector<std::string> labels;  // methods, or alphas for check
   nlohmann::json settings;
+  std::vector<double> budget_fractions;  // the --budgets fractions; empty with --keep
   nlohmann::ordered_json provenance;  // the root's other attributes
   int64_t records = 0;              // complete records
 };

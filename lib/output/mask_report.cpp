@@ -32,8 +32,8 @@ std::string mask_summary(const MaskRecord& r, bool verify) {
     if (run.name.starts_with("placebo")) placebos.push_back(&run);
   }
   const size_t n_placebo = placebos.size();
-  fmt::format_to(out, "record \"{}\": {} tokens, c = {}, {} evaluation rows, evicted {} (layer, KV head, position) entries\n",
-                 r.id, r.tokens.size(), r.c, r.eval_rows.size(), t.plan.total_evicted());
+  fmt::format_to(out, "record \"{}\": {} tokens, c = {}, {} evaluation rows; evicted by {}: {} (layer, KV head, "
+                 "position) entries\n", r.id, r.tokens.size(), r.c, r.eval_rows.size(), t.source, t.plan.total_evicted());
   if (cmp)
     fmt::format_to(out, "resid_L2: the target's ({}); compare_L2: {}; reduction = 1 - compare_L2 / resid_L2\n", t.source,
                    cmp->source);

@@ -116,8 +116,19 @@ class BoundFile(CkvFile):
         keep = int(self.settings.get("keep", 0) or 0)
         if keep:
             return [f"keep {keep}"]
-        fr = [float(x) for x in str(self.settings.get("budgets", "")).split(",") if x.strip()]
-        return [f"{100 * x:g}%" for x in fr]
+        return [f"{100 * x:g}%" for x in self.budget_fractions]
+
+    @property
+    def budget_fractions(self) -> list:
+        """The --budgets fractions as numbers (the root's budget_fractions; [] with --keep)."""
+        if "budget_fractions" in self.attrs:
+            return [float(x) for x in np.atleast_1d(self.attrs["budget_fractions"])]
+        out = []  # a file from before the attribute: the settings' text, 0.2 or 20%
+        for x in str(self.settings.get("budgets", "")).split(","):
+            x = x.strip()
+            if x:
+                out.append(float(x[:-1]) / 100 if x.endswith("%") else float(x))
+        return out
 
     @property
     def protocol(self) -> str:
@@ -178,6 +189,17 @@ class MaskFile(CkvFile):
     def method(self) -> str:
         """The selection method run inside the masked pass (`--method`), else ''."""
         return self.settings.get("method", "") or ""
+
+    @property
+    def budget_fraction(self):
+        """`--budget` as a number (the root's budget_fraction; parsed from the settings' 0.2 or
+        20% for older files), None without --budget (--keep, spans, a selection file)."""
+        if "budget_fraction" in self.attrs:
+            return float(self.attrs["budget_fraction"])
+        text = str(self.settings.get("budget", "") or "").strip()
+        if not text:
+            return None
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
 
 
 @dataclass
