@@ -37,6 +37,16 @@ CliRun run(const std::string& args) {
   return {pclose(p), out};
 }
 
+// Without -q: the console summary is what is checked.
+CliRun run_loud(const std::string& args) {
+  const std::string cmd = kBin + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  return {pclose(p), out};
+}
+
 std::string tmp_prefix(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("ckv_bound_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -165,6 +175,20 @@ TEST(BoundCli, ADumpThatHoldsWoIsAnalysedWithoutItsModel) {
     const auto sha = [&](const std::string& p) { return ckv::h5::File::open_read(p + ".h5").attr_string("model_sha256"); };
     EXPECT_EQ(sha(tmp_prefix("free")), sha(tmp_prefix("with")));
   }
+}
+
+// `--budgets 20%` is the fraction 0.2 everywhere it is shown: Table 9's rows and the JSON
+// (the report once parsed the settings' text with stod and printed 2000%).
+TEST(BoundCli, PercentBudgetsAreShownAsGiven) {
+  const std::string out = tmp_prefix("percent");
+  const CliRun r = run_loud("bound --model " + kModel + " --tokens " + tokens_file(60) +
+                            " --window 8 --budgets 20%,0.1 -o " + out + " --force");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("2000%"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("       20%"), std::string::npos) << r.out;
+  const std::string json = file_text(out + ".json");
+  EXPECT_NE(json.find("\"budget\": \"20%\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"fraction\": 0.2"), std::string::npos) << json;
 }
 
 // A damaged or hostile /model of a dump analysed without --model: one line naming it.
