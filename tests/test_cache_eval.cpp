@@ -82,6 +82,13 @@ TEST_P(CacheEval, FirstTokenEqualsMaskAndPerturbationEqualsBound) {
   const int64_t n = r.n, c = r.c;
   ASSERT_EQ(c, k.context);
   EXPECT_EQ(r.full.decoded.tokens.size(), 4u);
+  // The full cache's kept entries: c per KV head, but a sliding layer of window W holds
+  // only the W - 1 keys before the first reader at c (HF's window: W keys, itself included).
+  int64_t full_kept = 0;
+  for (int64_t l = 0; l < cf.n_layer; ++l)
+    full_kept += cf.n_kv_head * (cf.window_of(l) > 0 ? std::min(c, cf.window_of(l) - 1) : c);
+  EXPECT_EQ(r.full.kept_entries, full_kept);
+  for (const CacheEvalRun& run : r.runs) EXPECT_LE(run.kept_entries, full_kept) << run.method;
 
   // The unmasked pass over the prompt and the probe's token: bound's first-decode inputs.
   std::vector<int32_t> with_token = input.prompt;

@@ -455,8 +455,18 @@ CacheEvalResult evaluate_with_cache(Forward& fwd, const Model& model, const Cach
     CacheEvalRun& full = result.full;
     full.method = "full";
     full.budget = c;
-    full.kept_entries = c * cf.n_layer * cf.n_kv_head;
-    full.kept_per_head.assign(static_cast<size_t>(cf.n_layer * cf.n_kv_head), c);
+    // What each layer holds for the first reader at c: all of [0, c), or on a sliding layer
+    // only its window's part (the entries a compressed cache's selections choose among).
+    full.kept_per_head.clear();
+    for (int64_t l = 0; l < cf.n_layer; ++l) {
+      LayerRequest held;
+      held.c = c;
+      held.window = cf.window_of(l);
+      held.first_reader = c;
+      const int64_t kept = c - held_start(held);
+      full.kept_per_head.insert(full.kept_per_head.end(), static_cast<size_t>(cf.n_kv_head), kept);
+      full.kept_entries += kept * cf.n_kv_head;
+    }
     KvCache cache = context;
     run_over(cache, full, full_first, req);
     if (s.track_steps > 0) {
