@@ -5,10 +5,16 @@ Writes, from one config and one seed, the same weights as
   bf16  an HF directory: config.json + model.safetensors (BF16, streamed to disk)
   q8_0  a GGUF file, matrices Q8_0 (gguf-py's quantiser)
   q4_k  a GGUF file, matrices Q4_K (quantised here: gguf-py has no Q4_K quantiser)
+  q4_k_m  a GGUF file in llama.cpp's Q4_K_M mix (Q4_K, Q6_K for some tensors): the Q8_0 file
+        requantised by llama.cpp's own quantiser through llama-cpp-python (needs it; much
+        faster than q4_k for 30B-sized models, and the type mix a released Q4_K_M has)
   f32   a GGUF file, everything F32 (small shapes only: a reference for the others)
 Norms, biases and rope_freqs are F32 in GGUF. GGUF files follow llama.cpp's converter:
 architecture `llama` for llama/mistral configs (q/k rows permuted as convert_hf_to_gguf
-does), `qwen2` for qwen2 (q/k/v biases, no permutation), llama3 rope scaling as the
+does), `qwen2` for qwen2 (q/k/v biases, no permutation), `qwen3` for qwen3 (per-head q/k
+norms `attn_q_norm`/`attn_k_norm`, head_dim from the config), `qwen3moe` for qwen3_moe (the
+router `ffn_gate_inp` in F32, each layer's experts stacked per projection as
+`ffn_{gate,up,down}_exps` [n_expert, rows, cols]; GGUF only), llama3 rope scaling as the
 `rope_freqs.weight` tensor. No vocabulary is written (`tokenizer.ggml.model` = "none", which
 llama.cpp and ckv both load as a model without one): feed token ids (`"tokens"` records).
 
@@ -131,8 +137,10 @@ def read_config(path, overrides):
         key, _, value = item.partition("=")
         cfg[key] = json.loads(value)
     mt = cfg.get("model_type")
-    if mt not in ("llama", "mistral", "qwen2"):
-        sys.exit(f"make_random_model: model_type {mt!r} is not llama, mistral or qwen2")
+    if mt not in ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe"):
+        sys.exit(f"make_random_model: model_type {mt!r} is not llama, mistral, qwen2, qwen3 or qwen3_moe")
+    if mt == "qwen3_moe" and (cfg.get("decoder_sparse_step", 1) != 1 or cfg.get("mlp_only_layers")):
+        sys.exit("make_random_model: qwen3_moe with dense layers (decoder_sparse_step, mlp_only_layers) has no GGUF form")
     if cfg.get("hidden_act", "silu") != "silu":
         sys.exit("make_random_model: hidden_act must be silu")
     return cfg
@@ -143,9 +151,13 @@ def dims(cfg):
     n_head = cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads", n_head)
     d_head = cfg.get("head_dim") or d_model // n_head
+    moe = cfg["model_type"] == "qwen3_moe"
     return dict(d_model=d_model, n_head=n_head, n_kv=n_kv, d_head=d_head, d_ff=cfg["intermediate_size"],
                 vocab=cfg["vocab_size"], n_layer=cfg["num_hidden_layers"],
-                bias=cfg["model_type"] == "qwen2", tied=bool(cfg.get("tie_word_embeddings", False)))
+                bias=cfg["model_type"] == "qwen2", qk_norm=cfg["model_type"] in ("qwen3", "qwen3_moe"),
+                n_expert=cfg["num_experts"] if moe else 0, top_k=cfg.get("num_experts_per_tok", 0) if moe else 0,
+                d_ff_exp=cfg.get("moe_intermediate_size", 0) if moe else 0,
+                tied=bool(cfg.get("tie_word_embeddings", False)))
 
 
 def hf_tensors(cfg):
@@ -162,11 +174,20 @@ def hf_tensors(cfg):
         if s["bias"]:
             out += [(p + "self_attn.q_proj.bias", (q,)), (p + "self_attn.k_proj.bias", (kv,)),
                     (p + "self_attn.v_proj.bias", (kv,))]
+        if s["qk_norm"]:
+            out += [(p + "self_attn.q_norm.weight", (s["d_head"],)), (p + "self_attn.k_norm.weight", (s["d_head"],))]
         out += [(p + "self_attn.o_proj.weight", (s["d_model"], q)),
-                (p + "post_attention_layernorm.weight", (s["d_model"],)),
-                (p + "mlp.gate_proj.weight", (s["d_ff"], s["d_model"])),
-                (p + "mlp.up_proj.weight", (s["d_ff"], s["d_model"])),
-                (p + "mlp.down_proj.weight", (s["d_model"], s["d_ff"]))]
+                (p + "post_attention_layernorm.weight", (s["d_model"],))]
+        if s["n_expert"]:  # the router, then each projection of every expert as one stacked tensor
+            e, f = s["n_expert"], s["d_ff_exp"]
+            out += [(p + "mlp.gate.weight", (e, s["d_model"])),
+                    (p + "mlp.experts.gate_proj", (e, f, s["d_model"])),
+                    (p + "mlp.experts.up_proj", (e, f, s["d_model"])),
+                    (p + "mlp.experts.down_proj", (e, s["d_model"], f))]
+        else:
+            out += [(p + "mlp.gate_proj.weight", (s["d_ff"], s["d_model"])),
+                    (p + "mlp.up_proj.weight", (s["d_ff"], s["d_model"])),
+                    (p + "mlp.down_proj.weight", (s["d_model"], s["d_ff"]))]
     out.append(("model.norm.weight", (s["d_model"],)))
     if not s["tied"]:
         out.append(("lm_head.weight", (s["vocab"], s["d_model"])))
@@ -183,18 +204,20 @@ def tensor_chunks(seed, name, shape):
             x += 1.0
         yield x.astype(np.float32)
         return
-    std = 0.02 * math.sqrt(4096.0 / shape[1])
+    # A stacked expert tensor [n_expert, rows, cols] comes as its n_expert * rows rows.
+    total, cols = math.prod(shape[:-1]), shape[-1]
+    std = 0.02 * math.sqrt(4096.0 / cols)
     if name == "model.embed_tokens.weight":
         std = 1.0  # embeddings of unit scale so the first RMSNorm sees ordinary inputs
-    rows = max(1, (1 << 22) // shape[1])
-    for begin in range(0, shape[0], rows):
-        x = rng.standard_normal((min(rows, shape[0] - begin), shape[1]), dtype=np.float32)
+    rows = max(1, (1 << 22) // cols)
+    for begin in range(0, total, rows):
+        x = rng.standard_normal((min(rows, total - begin), cols), dtype=np.float32)
         x *= np.float32(std)
         yield x
 
 
 def make_tensor(seed, name, shape):
-    return np.concatenate(list(tensor_chunks(seed, name, shape)), axis=0)
+    return np.concatenate(list(tensor_chunks(seed, name, shape)), axis=0).reshape(shape)
 
 
 # --------------------------------------------------------------------------------------
@@ -247,7 +270,10 @@ def gguf_name(hf):
            "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
            "self_attn.v_proj.bias": "attn_v.bias", "self_attn.o_proj.weight": "attn_output.weight",
            "post_attention_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
-           "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight"}
+           "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
+           "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+           "mlp.gate.weight": "ffn_gate_inp.weight", "mlp.experts.gate_proj": "ffn_gate_exps.weight",
+           "mlp.experts.up_proj": "ffn_up_exps.weight", "mlp.experts.down_proj": "ffn_down_exps.weight"}
     return f"blk.{l}.{sub[rest]}"
 
 
@@ -278,7 +304,7 @@ def write_gguf(cfg, seed, path, fmt):
     import gguf
     T = gguf.GGMLQuantizationType
     s = dims(cfg)
-    arch = "qwen2" if cfg["model_type"] == "qwen2" else "llama"
+    arch = {"qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3moe"}.get(cfg["model_type"], "llama")
     path = Path(path)
     tmp = path.with_name(path.name + ".partial")
     w = gguf.GGUFWriter(str(tmp), arch)
@@ -298,13 +324,19 @@ def write_gguf(cfg, seed, path, fmt):
     w.add_tokenizer_model("none")  # llama.cpp refuses a GGUF without the key
     if cfg.get("sliding_window") and arch == "llama":
         w.add_sliding_window(cfg["sliding_window"])
+    if s["n_expert"]:
+        w.add_expert_count(s["n_expert"])
+        w.add_expert_used_count(s["top_k"])
+        w.add_expert_feed_forward_length(s["d_ff_exp"])
     qtype = {"q4_k": T.Q4_K, "q8_0": T.Q8_0, "f32": T.F32}[fmt]
     rope = cfg.get("rope_scaling") or {}
     plan = []  # (gguf name, HF name, shape, stored type)
     if rope.get("rope_type", rope.get("type")) == "llama3":
         plan.append(("rope_freqs.weight", None, (s["d_head"] // 2,), T.F32))
     for hf, shape in hf_tensors(cfg):
-        plan.append((gguf_name(hf), hf, shape, qtype if len(shape) == 2 else T.F32))
+        # llama.cpp keeps the router unquantised (its quantiser skips ffn_gate_inp).
+        router = hf.endswith("mlp.gate.weight")
+        plan.append((gguf_name(hf), hf, shape, qtype if len(shape) >= 2 and not router else T.F32))
     def row_bytes(cols, t):
         return cols * 4 if t == T.F32 else gguf.quants.quant_shape_to_byte_shape((cols,), t)[-1]
 
@@ -312,8 +344,8 @@ def write_gguf(cfg, seed, path, fmt):
         if t == T.F32:
             w.add_tensor_info(name, shape, np.dtype(np.float32), math.prod(shape) * 4)
         else:
-            rb = row_bytes(shape[1], t)
-            w.add_tensor_info(name, (shape[0], rb), np.dtype(np.uint8), shape[0] * rb, raw_dtype=t)
+            rb = row_bytes(shape[-1], t)
+            w.add_tensor_info(name, (*shape[:-1], rb), np.dtype(np.uint8), math.prod(shape[:-1]) * rb, raw_dtype=t)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
@@ -332,30 +364,48 @@ def write_gguf(cfg, seed, path, fmt):
         else:
             chunks = tensor_chunks(seed, hf, shape)
         if t == T.F32:
-            w.write_tensor_data(np.ascontiguousarray(chunks[0], dtype=np.float32))
+            w.write_tensor_data(np.ascontiguousarray(chunks[0], dtype=np.float32).reshape(shape))
             continue
-        out = np.empty((shape[0], row_bytes(shape[1], t)), dtype=np.uint8)
+        rows_total, cols = math.prod(shape[:-1]), shape[-1]
+        out = np.empty((rows_total, row_bytes(cols, t)), dtype=np.uint8)
         begin = 0
         for chunk in chunks:  # quantised row chunk by row chunk: bounded memory
-            for b in range(0, chunk.shape[0], max(1, (1 << 22) // shape[1])):
-                part = chunk[b:b + max(1, (1 << 22) // shape[1])]
+            for b in range(0, chunk.shape[0], max(1, (1 << 22) // cols)):
+                part = chunk[b:b + max(1, (1 << 22) // cols)]
                 if t == T.Q4_K:
                     q = quantize_q4_k(np.ascontiguousarray(part).reshape(-1)).reshape(part.shape[0], -1)
                 else:
                     q = gguf.quants.quantize(np.ascontiguousarray(part), T.Q8_0)
                 out[begin:begin + part.shape[0]] = q
                 begin += part.shape[0]
-        assert begin == shape[0]
-        w.write_tensor_data(out)
+        assert begin == rows_total
+        w.write_tensor_data(out.reshape(*shape[:-1], -1))
         del out
     w.close()
+    os.replace(tmp, path)
+
+
+def requantize_q4_k_m(q8_path, path, threads):
+    """llama.cpp's quantiser (llama-cpp-python's llama_model_quantize) from the Q8_0 file to
+    its Q4_K_M mix, under a temporary name."""
+    import llama_cpp
+    path = Path(path)
+    tmp = path.with_name(path.name + ".partial")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    params.allow_requantize = True
+    params.nthread = threads
+    rc = llama_cpp.llama_model_quantize(str(q8_path).encode(), str(tmp).encode(), params)
+    if rc != 0:
+        sys.exit(f"make_random_model: llama_model_quantize returned {rc}")
     os.replace(tmp, path)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", help="HF config.json")
-    ap.add_argument("--format", choices=["bf16", "q4_k", "q8_0", "f32"], help="what to write")
+    ap.add_argument("--format", choices=["bf16", "q4_k", "q4_k_m", "q8_0", "f32"], help="what to write")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="q4_k_m: llama.cpp's quantiser threads")
     ap.add_argument("-o", "--output", help="GGUF file, or directory for bf16")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
@@ -369,7 +419,14 @@ def main():
         ap.error("--config, --format and -o are required")
     cfg = read_config(a.config, a.set)
     if a.format == "bf16":
+        if cfg["model_type"] == "qwen3_moe":
+            sys.exit("make_random_model: qwen3_moe is written as GGUF only")
         write_bf16_dir(cfg, a.seed, a.output)
+    elif a.format == "q4_k_m":
+        q8 = Path(a.output).with_name(Path(a.output).name + ".q8_0.gguf")
+        write_gguf(cfg, a.seed, q8, "q8_0")
+        requantize_q4_k_m(q8, a.output, a.threads)
+        q8.unlink()
     else:
         write_gguf(cfg, a.seed, a.output, a.format)
 
