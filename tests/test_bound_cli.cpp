@@ -28,18 +28,9 @@ struct CliRun {
   std::string out;
 };
 
-CliRun run(const std::string& args) {
-  const std::string cmd = kBin + " -q " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  return {pclose(p), out};
-}
-
-// Without -q: the console summary is what is checked.
-CliRun run_loud(const std::string& args) {
-  const std::string cmd = kBin + " " + args + " 2>&1";
+// `quiet`: with -q (the files are what is checked); without, the console summary is.
+CliRun run(const std::string& args, bool quiet = true) {
+  const std::string cmd = kBin + (quiet ? " -q " : " ") + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -181,8 +172,8 @@ TEST(BoundCli, ADumpThatHoldsWoIsAnalysedWithoutItsModel) {
 // (the report once parsed the settings' text with stod and printed 2000%).
 TEST(BoundCli, PercentBudgetsAreShownAsGiven) {
   const std::string out = tmp_prefix("percent");
-  const CliRun r = run_loud("bound --model " + kModel + " --tokens " + tokens_file(60) +
-                            " --window 8 --budgets 20%,0.1 -o " + out + " --force");
+  const CliRun r = run("bound --model " + kModel + " --tokens " + tokens_file(60) +
+                       " --window 8 --budgets 20%,0.1 -o " + out + " --force", /*quiet=*/false);
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.find("2000%"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("       20%"), std::string::npos) << r.out;
