@@ -176,12 +176,13 @@ std::vector<MethodSpec> parse_methods(const std::string& spec, std::string_view 
 }
 
 void require_method_inputs(const MethodSpec& method, const SelectionOptions& o, std::string_view flag) {
-  const MethodSpec::Kind leaf = method.leaf().kind;
-  const char* needs = leaf == MethodSpec::Kind::File && o.selection_file.empty()           ? "--selection-file"
-                      : leaf == MethodSpec::Kind::DuoAttention && o.duo_pattern.empty()    ? "--duo-pattern"
-                      : leaf == MethodSpec::Kind::HeadKV && o.headkv_profile.empty()       ? "--headkv-profile"
-                                                                                           : nullptr;
-  if (needs) fail<UsageError>("{}: '{}' needs {}", flag, method.name(), needs);
+  const char* needs = method_info(method.leaf().kind).needs;
+  if (needs == nullptr) return;
+  const std::string_view given = needs == std::string_view("--selection-file") ? o.selection_file
+                                 : needs == std::string_view("--duo-pattern")  ? o.duo_pattern
+                                 : needs == std::string_view("--headkv-profile") ? o.headkv_profile
+                                                                                 : std::string_view();
+  if (given.empty()) fail<UsageError>("{}: '{}' needs {}", flag, method.name(), needs);
 }
 
 std::vector<double> parse_budget_fractions(const std::string& spec, std::string_view flag) {

@@ -11,7 +11,6 @@
 #include <span>
 
 #include "analysis/defensivekv.h"
-#include "analysis/expected_attention.h"
 #include "analysis/obcache.h"
 #include "analysis/oracle.h"
 #include "core/error.h"
@@ -176,9 +175,11 @@ SelectionInputs layer_inputs(const LayerTensors& t, const LayerRequest& r, bool 
   // defensivekv's value factor is the group mean of the L1 nu whatever --gqa-reduce says.
   in.defensive = need_defensive ? defensive_combine(folds, nu, d.n_kv_head, c, r.params) : r.defensive;
   in.layer_totals = r.layer_totals;
-  if (uses(r.methods, MethodSpec::Kind::ExpectedAttention)) {
-    if (!r.rope_inv_freq) fail<InputError>("expectedattention: the model's RoPE frequencies are missing");
-    in.expected = expected_attention_scores(*t.q, *t.k, *t.v, c, *r.rope_inv_freq, r.params, pool);
+  // The methods scored from the layer's tensors alone (their LayerScoreFn, layer_scores.h).
+  for (const MethodSpec& m : r.methods) {
+    const MethodInfo& info = method_info(m.leaf().kind);
+    if (info.layer_scores != nullptr && !in.layer_scores.contains(info.kind))
+      in.layer_scores[info.kind] = info.layer_scores(t, r, pool);
   }
   return in;
 }
@@ -216,10 +217,11 @@ std::unique_ptr<HeldPart> held_part(const LayerTensors& t, const LayerRequest& r
       fail<InputError>("layer {}: {} shares one budget over all layers, which is not defined with sliding-window "
                        "layers that hold only their window (docs/MODELS.md \"Sliding-window attention\")",
                        r.layer, m.name());
-  if (uses(r.methods, MethodSpec::Kind::ExpectedAttention))
-    fail<InputError>("layer {}: expectedattention reads absolute positions (its sinks and RoPE angles), which a "
-                     "sliding-window layer holding only [{}, {}) no longer has; leave the sliding layers out (--layers)",
-                     r.layer, h, r.c);
+  for (const MethodSpec& m : r.methods)
+    if (m.has(kAbsolutePositions))
+      fail<InputError>("layer {}: {} reads absolute positions (its sinks, its RoPE angles), which a sliding-window "
+                       "layer holding only [{}, {}) no longer has; leave the sliding layers out (--layers)",
+                       r.layer, m.leaf().name(), h, r.c);
   auto part = std::make_unique<HeldPart>();
   part->start = h;
   part->q = rows_from(*t.q, h);

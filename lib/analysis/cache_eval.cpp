@@ -21,16 +21,10 @@ namespace {
 
 using Kind = MethodSpec::Kind;
 
-bool ranks_by_question(const MethodSpec& m) { return m.leaf().kind == Kind::Attn; }
+bool ranks_by_question(const MethodSpec& m) { return m.has(kReadsQuestion); }
 
 bool needs_nu(const std::vector<MethodSpec>& methods) {
-  for (const MethodSpec& method : methods) {
-    const Kind leaf = method.leaf().kind;
-    if (leaf == Kind::DefensiveKV || leaf == Kind::LayerDefensiveKV) return true;
-    for (const MethodSpec* m = &method; m != nullptr; m = m->base.get())
-      if (m->kind == Kind::CriticalKV) return true;
-  }
-  return false;
+  return std::any_of(methods.begin(), methods.end(), [](const MethodSpec& m) { return m.any_has(kNeedsNu); });
 }
 
 // One selection to evaluate: a method at a budget (or a selection file), and what it evicts.

@@ -323,9 +323,7 @@ method_mask_source(const ModelConfig& config, const ModelWeights& weights, const
   check_lists(req.layers, req.kv_heads, config.n_layer, config.n_kv_head);
   if (plan == nullptr || plan->n_layer != config.n_layer || plan->c != req.c)
     fail<InputError>("method mask: the plan does not match the model");
-  bool needs_nu = leaf == MethodSpec::Kind::DefensiveKV || leaf == MethodSpec::Kind::LayerDefensiveKV;
-  for (const MethodSpec* m = &req.method; m != nullptr; m = m->base.get())
-    needs_nu = needs_nu || m->kind == MethodSpec::Kind::CriticalKV;
+  const bool needs_nu = req.method.any_has(kNeedsNu);
   if (req.method.layer_global())
     for (int64_t l : req.layers)
       if (!req.layer_totals.count(l))

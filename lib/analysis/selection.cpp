@@ -10,6 +10,7 @@
 #include "analysis/defensivekv.h"
 #include "analysis/duoattention.h"
 #include "analysis/headkv.h"
+#include "analysis/layer_scores.h"
 #include "analysis/pyramidkv.h"
 #include "core/error.h"
 
@@ -17,9 +18,23 @@ namespace ckv {
 
 namespace {
 
-constexpr const char* kKnownMethods =
-    "attn, snapkv, h2o, streaming, file, oracle, defensivekv, layer-defensivekv, pyramidkv, "
-    "duoattention, expectedattention, headkv, obcache, adakv(BASE), criticalkv(BASE)";
+#define CKV_METHOD_INFO(kind, name, traits, needs, scores) {MethodSpec::Kind::kind, name, traits, needs, scores},
+constexpr MethodInfo kMethods[] = {CKV_SELECTION_METHODS(CKV_METHOD_INFO)};
+#undef CKV_METHOD_INFO
+
+// "attn, snapkv, ..., adakv(BASE), criticalkv(BASE)": the --methods error's list.
+std::string known_methods() {
+  std::string out;
+  for (const MethodInfo& m : kMethods)
+    out += fmt::format("{}{}{}", out.empty() ? "" : ", ", m.name, (m.traits & kWrapper) ? "(BASE)" : "");
+  return out;
+}
+
+const MethodInfo* find_method(std::string_view name) {
+  for (const MethodInfo& m : kMethods)
+    if (name == m.name) return &m;
+  return nullptr;
+}
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
@@ -117,65 +132,41 @@ void check_file_kept(const SelectionInputs& in) {
 
 MethodSpec MethodSpec::parse(std::string_view text) {
   const std::string_view s = trim(text);
-  MethodSpec spec;
   const size_t open = s.find('(');
-  if (open != std::string_view::npos) {
-    if (s.back() != ')') fail<UsageError>("--methods: '{}' lacks its closing ')'", s);
-    const std::string_view head = trim(s.substr(0, open));
-    const std::string_view inner = s.substr(open + 1, s.size() - open - 2);
-    if (head == "adakv") spec.kind = Kind::AdaKV;
-    else if (head == "criticalkv") spec.kind = Kind::CriticalKV;
-    else fail<UsageError>("--methods: unknown method '{}' (known: {})", head, kKnownMethods);
-    MethodSpec base = parse(inner);
-    if (base.kind == Kind::CriticalKV)
-      fail<UsageError>("--methods: '{}': criticalkv must be the outermost method", s);
-    if (spec.kind == Kind::AdaKV && base.kind == Kind::AdaKV)
-      fail<UsageError>("--methods: '{}': adakv cannot wrap adakv", s);
-    if (base.leaf().kind == Kind::DefensiveKV || base.leaf().kind == Kind::LayerDefensiveKV)
-      fail<UsageError>("--methods: '{}': {} has its own stages and allocation", s, base.leaf().name());
-    if (spec.kind == Kind::AdaKV && base.leaf().kind == Kind::HeadKV)
-      fail<UsageError>("--methods: '{}': headkv has its own per-head allocation", s);
-    if (base.leaf().kind == Kind::File || base.leaf().kind == Kind::Oracle || base.leaf().kind == Kind::DuoAttention)
-      fail<UsageError>("--methods: '{}': {} has no scores to build on", s, base.leaf().name());
-    spec.base = std::make_shared<const MethodSpec>(std::move(base));
-    return spec;
-  }
-  if (s == "attn") spec.kind = Kind::Attn;
-  else if (s == "snapkv") spec.kind = Kind::SnapKV;
-  else if (s == "h2o") spec.kind = Kind::H2O;
-  else if (s == "streaming") spec.kind = Kind::Streaming;
-  else if (s == "file") spec.kind = Kind::File;
-  else if (s == "oracle") spec.kind = Kind::Oracle;
-  else if (s == "defensivekv") spec.kind = Kind::DefensiveKV;
-  else if (s == "layer-defensivekv") spec.kind = Kind::LayerDefensiveKV;
-  else if (s == "pyramidkv") spec.kind = Kind::PyramidKV;
-  else if (s == "duoattention") spec.kind = Kind::DuoAttention;
-  else if (s == "expectedattention") spec.kind = Kind::ExpectedAttention;
-  else if (s == "headkv") spec.kind = Kind::HeadKV;
-  else if (s == "obcache") spec.kind = Kind::OBCache;
-  else fail<UsageError>("--methods: unknown method '{}' (known: {})", s, kKnownMethods);
+  const bool wrapped = open != std::string_view::npos;
+  if (wrapped && s.back() != ')') fail<UsageError>("--methods: '{}' lacks its closing ')'", s);
+  const std::string_view head = wrapped ? trim(s.substr(0, open)) : s;
+  const MethodInfo* info = find_method(head);
+  if (info == nullptr || ((info->traits & kWrapper) != 0) != wrapped)
+    fail<UsageError>("--methods: unknown method '{}' (known: {})", head, known_methods());
+  MethodSpec spec;
+  spec.kind = info->kind;
+  if (!wrapped) return spec;
+  MethodSpec base = parse(s.substr(open + 1, s.size() - open - 2));
+  if (base.kind == Kind::CriticalKV) fail<UsageError>("--methods: '{}': criticalkv must be the outermost method", s);
+  if (spec.kind == Kind::AdaKV && base.kind == Kind::AdaKV) fail<UsageError>("--methods: '{}': adakv cannot wrap adakv", s);
+  if (base.has(kOwnStages)) fail<UsageError>("--methods: '{}': {} has its own stages and allocation", s, base.leaf().name());
+  if (spec.kind == Kind::AdaKV && base.has(kOwnHeadBudgets))
+    fail<UsageError>("--methods: '{}': {} has its own per-head allocation", s, base.leaf().name());
+  if (!base.has(kScored)) fail<UsageError>("--methods: '{}': {} has no scores to build on", s, base.leaf().name());
+  spec.base = std::make_shared<const MethodSpec>(std::move(base));
   return spec;
 }
 
 std::string MethodSpec::name() const {
-  switch (kind) {
-    case Kind::Attn: return "attn";
-    case Kind::SnapKV: return "snapkv";
-    case Kind::H2O: return "h2o";
-    case Kind::Streaming: return "streaming";
-    case Kind::File: return "file";
-    case Kind::Oracle: return "oracle";
-    case Kind::DefensiveKV: return "defensivekv";
-    case Kind::LayerDefensiveKV: return "layer-defensivekv";
-    case Kind::PyramidKV: return "pyramidkv";
-    case Kind::DuoAttention: return "duoattention";
-    case Kind::ExpectedAttention: return "expectedattention";
-    case Kind::HeadKV: return "headkv";
-    case Kind::OBCache: return "obcache";
-    case Kind::AdaKV: return "adakv(" + base->name() + ")";
-    case Kind::CriticalKV: return "criticalkv(" + base->name() + ")";
-  }
-  return "?";
+  const char* own = method_info(kind).name;
+  return base ? fmt::format("{}({})", own, base->name()) : std::string(own);
+}
+
+bool MethodSpec::has(MethodTrait trait) const { return (method_info(leaf().kind).traits & trait) != 0; }
+
+bool MethodSpec::any_has(MethodTrait trait) const {
+  return (method_info(kind).traits & trait) != 0 || (base && base->any_has(trait));
+}
+
+const MethodInfo& method_info(MethodSpec::Kind kind) {
+  // The enum and the table are both made from CKV_SELECTION_METHODS, in its order.
+  return kMethods[static_cast<size_t>(kind)];
 }
 
 void validate_selection_params(const SelectionParams& p) {
@@ -225,10 +216,7 @@ Budget budget_of_fraction(int64_t c, double fraction) {
 }
 
 int64_t recent_tie_start(const MethodSpec& method, int64_t c, const SelectionParams& params) {
-  const MethodSpec::Kind leaf = method.leaf().kind;
-  return leaf == MethodSpec::Kind::SnapKV || leaf == MethodSpec::Kind::HeadKV || leaf == MethodSpec::Kind::OBCache
-             ? std::max<int64_t>(0, c - params.window)
-             : c;
+  return method.has(kWindowTies) ? std::max<int64_t>(0, c - params.window) : c;
 }
 
 std::vector<int64_t> top_k(const Eigen::Ref<const Eigen::RowVectorXd>& scores, int64_t k,
@@ -279,6 +267,12 @@ Eigen::RowVectorXd pool_row(const Eigen::RowVectorXd& row, int64_t kernel, PoolK
 ScoreMatrix leaf_scores(const MethodSpec& leaf, const SelectionInputs& in, int64_t budget,
                         const SelectionParams& params) {
   using Kind = MethodSpec::Kind;
+  if (method_info(leaf.kind).layer_scores != nullptr) {
+    const auto it = in.layer_scores.find(leaf.kind);
+    if (it == in.layer_scores.end()) fail<InputError>("selection: the {} scores are missing", leaf.name());
+    check_scores(it->second, in, leaf.name());
+    return it->second;
+  }
   switch (leaf.kind) {
     case Kind::Attn: check_scores(in.attn, in, "attn"); return in.attn;
     case Kind::SnapKV:
@@ -286,7 +280,6 @@ ScoreMatrix leaf_scores(const MethodSpec& leaf, const SelectionInputs& in, int64
     case Kind::PyramidKV: check_scores(in.snapkv, in, "snapkv"); return in.snapkv;
     case Kind::H2O: check_scores(in.h2o, in, "h2o"); return in.h2o;
     case Kind::Oracle: check_scores(in.oracle_rank, in, "oracle"); return in.oracle_rank;
-    case Kind::ExpectedAttention: check_scores(in.expected, in, "expectedattention"); return in.expected;
     case Kind::OBCache: check_scores(in.obcache, in, "obcache"); return in.obcache;
     case Kind::Streaming: {
       // kvpress StreamingLLMPress: zeros on [sinks, sinks + n_pruned), ones elsewhere.

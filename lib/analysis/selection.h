@@ -80,32 +80,91 @@ inline constexpr int64_t kMaxKernel = 1023;
 // naming the flag.
 void validate_selection_params(const SelectionParams& params);
 
-// A method expression: attn, snapkv, h2o, streaming, file, oracle, adakv(X), criticalkv(X),
-// defensivekv, layer-defensivekv (their own stages and allocation: they compose with nothing),
-// pyramidkv (snapkv's scores with a per-layer budget, pyramidkv.h), duoattention (a head
-// pattern from a file, duoattention.h; no scores: composes with nothing), expectedattention
-// (kvpress ExpectedAttentionPress, expected_attention.h; scores: composes), headkv (snapkv's
-// scores with per-head budgets from a profile, headkv.h; criticalkv(headkv), not adakv),
-// obcache (SnapKV with OBCache's output-aware scores, obcache.h; scores: composes).
+struct LayerTensors;
+struct LayerRequest;
+class ThreadPool;
+using ScoreMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// What a selection method reads and how it composes (MethodInfo::traits).
+enum MethodTrait : unsigned {
+  kScored = 1U << 0,            // ranks by a score that adakv(X) and criticalkv(X) can build on
+  kOwnHeadBudgets = 1U << 1,    // allocates its per-head budgets itself: adakv cannot wrap it
+  kOwnStages = 1U << 2,         // its own stages and allocation: nothing wraps it
+  kLayerGlobal = 1U << 3,       // per-layer budgets from all layers' scores (a pre-pass)
+  kSnapkvScores = 1U << 4,      // ranks by snapkv's scores
+  kWindowTies = 1U << 5,        // its observation window scores max + 1: ties go to the most recent
+  kReadsQuestion = 1U << 6,     // ranks by the evaluation (question) queries' attention
+  kNeedsNu = 1U << 7,           // reads the value norms nu
+  kNeedsRope = 1U << 8,         // reads the layer's RoPE frequencies (LayerRequest::rope_inv_freq)
+  kAbsolutePositions = 1U << 9, // reads absolute positions: refused on a layer holding only its window
+  kWrapper = 1U << 10,          // wraps a base method: adakv(X), criticalkv(X)
+};
+
+// Scores a method computes from its layer's tensors alone, [n_kv_head, c] over the
+// evictable context (layer_scores.h); bound, check, mask and eval all reach them through
+// bound_layer's layer inputs, on a sliding layer over the entries it holds.
+using LayerScoreFn = ScoreMatrix (*)(const LayerTensors&, const LayerRequest&, ThreadPool*);
+
+// The one registration of every selection method (docs/BOUND.md "Methods"):
+//   X(Kind, name, traits, flag it needs or nullptr, LayerScoreFn or nullptr)
+// A method scored from its layer's tensors needs this line and its LayerScoreFn only;
+// the wrappers (adakv, criticalkv) come last. The enum, --methods' parser and its list of
+// known methods, and every question a subcommand asks of a method (MethodSpec::has) read it.
+#define CKV_SELECTION_METHODS(X)                                                                         \
+  X(Attn, "attn", kScored | kReadsQuestion, nullptr, nullptr)                                            \
+  X(SnapKV, "snapkv", kScored | kSnapkvScores | kWindowTies, nullptr, nullptr)                           \
+  X(H2O, "h2o", kScored, nullptr, nullptr)                                                               \
+  X(Streaming, "streaming", kScored, nullptr, nullptr)                                                   \
+  X(File, "file", 0U, "--selection-file", nullptr)                                                       \
+  X(Oracle, "oracle", 0U, nullptr, nullptr)                                                              \
+  X(DefensiveKV, "defensivekv", kOwnStages | kNeedsNu, nullptr, nullptr)                                 \
+  X(LayerDefensiveKV, "layer-defensivekv", kOwnStages | kNeedsNu | kLayerGlobal, nullptr, nullptr)       \
+  X(PyramidKV, "pyramidkv", kScored | kSnapkvScores, nullptr, nullptr)                                   \
+  X(DuoAttention, "duoattention", 0U, "--duo-pattern", nullptr)                                          \
+  X(ExpectedAttention, "expectedattention", kScored | kNeedsRope | kAbsolutePositions, nullptr,          \
+    expected_attention_layer_scores)                                                                     \
+  X(HeadKV, "headkv", kScored | kSnapkvScores | kWindowTies | kOwnHeadBudgets, "--headkv-profile",       \
+    nullptr)                                                                                             \
+  X(OBCache, "obcache", kScored | kWindowTies, nullptr, nullptr)                                         \
+  X(AdaKV, "adakv", kWrapper, nullptr, nullptr)                                                          \
+  X(CriticalKV, "criticalkv", kWrapper | kNeedsNu, nullptr, nullptr)
+
+// A method expression: a leaf method of CKV_SELECTION_METHODS, or adakv(X) / criticalkv(X)
+// around one that has scores (kScored); criticalkv is the outermost, adakv does not wrap adakv
+// nor a method with its own per-head budgets. See each method's header (pyramidkv.h,
+// duoattention.h, expected_attention.h, headkv.h, obcache.h, defensivekv.h, layer_scores.h).
 struct MethodSpec {
-  enum class Kind { Attn, SnapKV, H2O, Streaming, File, Oracle, AdaKV, CriticalKV, DefensiveKV, LayerDefensiveKV, PyramidKV, DuoAttention,
-                    ExpectedAttention, HeadKV, OBCache };
+#define CKV_METHOD_KIND(kind, ...) kind,
+  enum class Kind { CKV_SELECTION_METHODS(CKV_METHOD_KIND) };
+#undef CKV_METHOD_KIND
   Kind kind = Kind::Attn;
   std::shared_ptr<const MethodSpec> base;  // set for AdaKV and CriticalKV
 
-  // Throws InputError "--methods: unknown method 'x' (known: ...)" or a nesting error.
+  // Throws UsageError "--methods: unknown method 'x' (known: ...)" or a nesting error.
   static MethodSpec parse(std::string_view text);
   std::string name() const;
   bool is_leaf() const { return !base; }
   // The leaf method whose scores drive this one.
   const MethodSpec& leaf() const { return base ? base->leaf() : *this; }
+  // Whether the leaf method has `trait`.
+  bool has(MethodTrait trait) const;
+  // Whether this method or one it wraps has `trait` (criticalkv(snapkv) reads nu).
+  bool any_has(MethodTrait trait) const;
   // Its per-layer budgets come from all layers' scores (a pre-pass: layer_defensive_totals).
-  bool layer_global() const { return leaf().kind == Kind::LayerDefensiveKV; }
+  bool layer_global() const { return has(kLayerGlobal); }
   // Ranks by snapkv's scores (snapkv, pyramidkv, headkv).
-  bool uses_snapkv() const {
-    return leaf().kind == Kind::SnapKV || leaf().kind == Kind::PyramidKV || leaf().kind == Kind::HeadKV;
-  }
+  bool uses_snapkv() const { return has(kSnapkvScores); }
 };
+
+// A method's registration (CKV_SELECTION_METHODS).
+struct MethodInfo {
+  MethodSpec::Kind kind;
+  const char* name;
+  unsigned traits;
+  const char* needs;         // the flag of an input it reads (a file), or nullptr
+  LayerScoreFn layer_scores;  // its scores from the layer's tensors, or nullptr
+};
+const MethodInfo& method_info(MethodSpec::Kind kind);
 
 struct DefensiveScores;
 
@@ -145,8 +204,6 @@ double parse_budget_fraction(std::string_view text, std::string_view flag);
 // --keep N: kept entries per KV head; N >= 1. Throws UsageError.
 void check_keep(int64_t keep);
 
-using ScoreMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
 // Per-KV-head inputs of the selection of one layer. Scores are [n_kv_head, c], already
 // reduced over each KV head's query heads (snapkv's window entries included).
 struct SelectionInputs {
@@ -159,11 +216,12 @@ struct SelectionInputs {
   ScoreMatrix h2o;         // [n_kv_head, c]
   ScoreMatrix nu;          // [n_kv_head, c] group-reduced L1 nu (criticalkv stage 2)
   ScoreMatrix oracle_rank; // [n_kv_head, c] greedy pick order as a score (oracle.h); may be empty
-  ScoreMatrix expected;    // [n_kv_head, c] expectedattention (expected_attention.h); may be empty
   ScoreMatrix obcache;     // [n_kv_head, c] obcache (obcache.h), the window max + 1; may be empty
   std::vector<std::vector<int64_t>> file_kept;  // [n_kv_head][*] for --selection-file
   std::shared_ptr<const DefensiveScores> defensive;  // defensivekv, layer-defensivekv
   std::map<Budget, int64_t> layer_totals;  // layer-global methods: budget -> this layer's total
+  // [n_kv_head, c] of each method with a LayerScoreFn the request names (expectedattention, ...).
+  std::map<MethodSpec::Kind, ScoreMatrix> layer_scores;
 };
 
 struct Selection {

@@ -61,7 +61,7 @@ class AnalysisRecorder : public Recorder {
       : model_(model), blocks_(blocks), rec_(rec), pool_(pool), files_(files), collectors_(collectors),
         needs_rope_(std::any_of(blocks.begin(), blocks.end(), [](const AnalysisBlock& b) {
           return std::any_of(b.methods.begin(), b.methods.end(), [](const MethodSpec& m) {
-            return m.leaf().kind == MethodSpec::Kind::ExpectedAttention;
+            return m.has(kNeedsRope);
           });
         })) {}
   void on_qkv(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v) override {

@@ -101,8 +101,7 @@ CacheEvalSettings eval_settings(const EvalArgs& a) {
   CacheEvalSettings s;
   for (const std::string& m : a.methods) {
     s.methods.push_back(MethodSpec::parse(m));
-    const MethodSpec::Kind leaf = s.methods.back().leaf().kind;
-    if (leaf == MethodSpec::Kind::File || leaf == MethodSpec::Kind::HeadKV || leaf == MethodSpec::Kind::DuoAttention)
+    if (method_info(s.methods.back().leaf().kind).needs != nullptr)
       fail<UsageError>("methods: {} reads a file (a selection, profile or pattern); run `ckv eval` for it", m);
   }
   s.budgets = a.budgets;
