@@ -48,8 +48,7 @@ void register_bound(CLI::App& app, GlobalOptions& g) {
   add_compute_option(*cmd, g);
   add_analysis_options(*cmd, o->a, /*alpha=*/true);
   cmd->add_option("--methods", o->methods,
-                  "Comma list of attn, snapkv, h2o, streaming, file, oracle, defensivekv, layer-defensivekv, pyramidkv, duoattention, "
-                  "expectedattention, headkv, obcache, adakv(BASE), criticalkv(BASE), criticalkv(adakv(BASE))")->capture_default_str();
+                  "Comma list of " + known_methods() + ", e.g. criticalkv(adakv(snapkv))")->capture_default_str();
   cmd->add_flag("--oracle", o->oracle, "Add the greedy oracle on the actual L (docs/MATH.md §4)");
   cmd->add_option("--oracle-max-n", o->oracle_max_n, "Skip the oracle (NaN) for contexts longer than this count")
       ->capture_default_str();

@@ -167,9 +167,8 @@ void register_mask(CLI::App& app, GlobalOptions& g) {
   cmd->add_option("--context-end", o->context_end, "With --tokens: the context end c, a token position");
   cmd->add_option("--spans", o->run.spans, "Evict token spans of the context: a list of half-open start-end ranges (120-140,300-310)");
   cmd->add_option("--span-name", o->run.span_name, "Evict the record's span of this name (needle)");
-  cmd->add_option("--method", o->run.method, "Evict by a selection method run in the pass: attn, snapkv, h2o, "
-                  "streaming, defensivekv, layer-defensivekv, pyramidkv, duoattention, expectedattention, headkv, "
-                  "obcache, adakv(X), criticalkv(X)");
+  cmd->add_option("--method", o->run.method, "Evict by a selection method run in the pass: one of " + known_methods() +
+                  " but file and oracle (--selection-file evicts a file's selection)");
   cmd->add_option("--compare", o->run.compare, "With --method: also evict by this method at the same --budget (a run "
                   "named 'compare') and print both per-layer perturbations side by side, e.g. --method snapkv "
                   "--compare 'criticalkv(snapkv)' (the paper's Figure 5)");

@@ -22,13 +22,16 @@ namespace {
 constexpr MethodInfo kMethods[] = {CKV_SELECTION_METHODS(CKV_METHOD_INFO)};
 #undef CKV_METHOD_INFO
 
-// "attn, snapkv, ..., adakv(BASE), criticalkv(BASE)": the --methods error's list.
+}  // namespace
+
 std::string known_methods() {
   std::string out;
   for (const MethodInfo& m : kMethods)
     out += fmt::format("{}{}{}", out.empty() ? "" : ", ", m.name, (m.traits & kWrapper) ? "(BASE)" : "");
   return out;
 }
+
+namespace {
 
 const MethodInfo* find_method(std::string_view name) {
   for (const MethodInfo& m : kMethods)

@@ -165,6 +165,9 @@ struct MethodInfo {
   LayerScoreFn layer_scores;  // its scores from the layer's tensors, or nullptr
 };
 const MethodInfo& method_info(MethodSpec::Kind kind);
+// "attn, snapkv, ..., adakv(BASE), criticalkv(BASE)": every registered method, for help
+// texts and the unknown-method error.
+std::string known_methods();
 
 struct DefensiveScores;
 
