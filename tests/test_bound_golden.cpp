@@ -94,10 +94,11 @@ TEST(BoundGolden, SelectionsMatchKvpress) {
 
 // kvpress's presses ran inside HF's prefill of each tiny model; ckv's own forward pass gives
 // q/k/v here and ckv's selections must keep the same positions in every layer and KV head.
-TEST(BoundGolden, FamilySelectionsMatchKvpress) {
-  const std::filesystem::path golden = std::filesystem::path(CKV_TEST_DATA_DIR) / "kvpress/families_v1.h5";
+// Returns how many (model, layer, method, budget) kept sets were compared.
+int compare_model_cases(const std::string& file) {
+  const std::filesystem::path golden = std::filesystem::path(CKV_TEST_DATA_DIR) / "kvpress" / file;
   h5::File f = h5::File::open_read(golden);
-  ASSERT_EQ(f.attr_int("format_version"), 1);
+  if (f.attr_int("format_version") != 1) { ADD_FAILURE() << file << ": format_version"; return 0; }
   const h5::Group cases = f.open_group("model_cases");
   int compared = 0;
   for (const std::string& name : cases.children()) {
@@ -106,7 +107,7 @@ TEST(BoundGolden, FamilySelectionsMatchKvpress) {
     const Model model = load_model(std::filesystem::path(CKV_TEST_DATA_DIR) / g.attr_string("model"));
     const std::vector<int32_t> tokens = g.open_dataset("tokens").read<int32_t>();
     const int64_t c = g.attr_int("c");
-    ASSERT_EQ(static_cast<int64_t>(tokens.size()), c);
+    if (static_cast<int64_t>(tokens.size()) != c) { ADD_FAILURE() << name << ": tokens"; continue; }
     test::KeepingRecorder rec;
     ForwardRequest req;
     req.recorder = &rec;
@@ -122,6 +123,7 @@ TEST(BoundGolden, FamilySelectionsMatchKvpress) {
     request.params.eps = g.attr_double("eps");
     request.params.alpha_safe = g.attr_double("alpha_safe");
     const h5::Group kept = g.open_group("kept");
+    for (const std::string& method : kept.children()) request.methods.push_back(MethodSpec::parse(method));
     // The layers of the kept sets (every layer; Gemma 3: its full-attention ones).
     std::vector<int64_t> layers;
     if (g.has_attr("layers")) layers = g.attr_ints("layers");
@@ -152,7 +154,20 @@ TEST(BoundGolden, FamilySelectionsMatchKvpress) {
       }
     }
   }
+  return compared;
+}
+
+TEST(BoundGolden, FamilySelectionsMatchKvpress) {
+  const int compared = compare_model_cases("families_v1.h5");
   EXPECT_EQ(compared, 4 * 2 * 4 * 3);  // models x compared layers x presses x budgets
+}
+
+// knorm and keydiff (layer_scores.h) alone and under criticalkv/adakv, against kvpress's
+// KnormPress and KeyDiffPress in HF's prefill (tests/reference/make_scorer_goldens.py).
+TEST(BoundGolden, KeyScorerSelectionsMatchKvpress) {
+  const int compared = compare_model_cases("scorers_v1.h5");
+  // tiny_llama_gqa 2 layers x 3 budgets, tiny_qwen3 2 x 1 (near-ties skipped), tiny_gemma3_kv 2 x 3; 5 presses.
+  EXPECT_EQ(compared, (2 * 3 + 2 * 1 + 2 * 3) * 5);
 }
 
 TEST(BoundGolden, MetricsMatchNumpy) {

@@ -12,4 +12,15 @@ namespace ckv {
 // RoPE frequencies (LayerRequest::rope_inv_freq). Throws InputError when they are missing.
 ScoreMatrix expected_attention_layer_scores(const LayerTensors& t, const LayerRequest& r, ThreadPool* pool);
 
+// knorm: kvpress 0.5.5 KnormPress (Devoto et al., "A Simple and Effective L2 Norm-Based
+// Strategy for KV Cache Compression", arXiv 2406.11430): score(j) = -||k_j||, the keys of
+// smallest norm kept. RoPE rotates without changing a norm, so post-RoPE keys score as pre-RoPE.
+ScoreMatrix knorm_layer_scores(const LayerTensors& t, const LayerRequest& r, ThreadPool* pool);
+
+// keydiff: kvpress 0.5.5 KeyDiffPress (KeyDiff, arXiv 2504.15364, without its block-wise
+// iteration): anchor a = mean_j k_j / max(||k_j||, 1e-12) over the KV head's entries [0, c),
+// score(j) = -cos(k_j, a) = -k_j.a / (max(||k_j||, 1e-8) max(||a||, 1e-8)) on post-RoPE keys:
+// the keys least like the average key kept.
+ScoreMatrix keydiff_layer_scores(const LayerTensors& t, const LayerRequest& r, ThreadPool* pool);
+
 }  // namespace ckv

@@ -126,6 +126,8 @@ using LayerScoreFn = ScoreMatrix (*)(const LayerTensors&, const LayerRequest&, T
   X(HeadKV, "headkv", kScored | kSnapkvScores | kWindowTies | kOwnHeadBudgets, "--headkv-profile",       \
     nullptr)                                                                                             \
   X(OBCache, "obcache", kScored | kWindowTies, nullptr, nullptr)                                         \
+  X(KNorm, "knorm", kScored, nullptr, knorm_layer_scores)                                                \
+  X(KeyDiff, "keydiff", kScored, nullptr, keydiff_layer_scores)                                          \
   X(AdaKV, "adakv", kWrapper, nullptr, nullptr)                                                          \
   X(CriticalKV, "criticalkv", kWrapper | kNeedsNu, nullptr, nullptr)
 

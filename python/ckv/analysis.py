@@ -89,7 +89,7 @@ def bound(q, k, v, wo, context_end: int, methods: Sequence[str] = ("snapkv",), b
     """Selections and perturbation metrics of one layer (module docstring for shapes).
 
     methods: `ckv bound --methods` expressions (snapkv, h2o, attn, streaming, oracle,
-    adakv(X), criticalkv(X), defensivekv, pyramidkv, expectedattention, obcache, ...; not the
+    adakv(X), criticalkv(X), defensivekv, pyramidkv, expectedattention, obcache, knorm, keydiff, ...; not the
     layer-global ones). params: window=32, kernel=7, pool="max", h2o_rows=256, sinks=4,
     alpha=0.5, eps=1e-4, alpha_safe=0.2, gqa_reduce="mean", nu_min="all",
     oracle_max_n=1024, threads=1, sliding_window=0 (the layer's attention window, as
