@@ -197,7 +197,8 @@ void add_analysis_options(CLI::App& cmd, AnalysisOptions& o, bool alpha) {
   cmd.add_option("--keep", o.protocol.keep, "Absolute budget: kept entries per KV head, a count >= 1 (replaces --budgets)")
       ->each([&o](const std::string&) { o.keep_given = true; });
   cmd.add_option("--layers", o.layers, "Layers: all, or a list of indices and ranges (0-3,10)")->capture_default_str();
-  add_selection_options(cmd, o.selection, {.alpha = alpha, .selection_file = alpha});
+  if (alpha) add_selection_options(cmd, o.selection);
+  else add_selection_options(cmd, o.selection, {"alpha", "selection_file"});
   cmd.add_option("--eval", o.protocol.eval,
                  "Evaluation query: question (the question's tokens, or the last token without one), "
                  "last (the prompt's last token) or first-decode (the greedy next token, appended: the paper's)")
@@ -220,7 +221,7 @@ void finish_options(AnalysisOptions& o) {
   else p.fractions = parse_budget_fractions(o.budgets, "--budgets");
   finish_selection_options(o.selection);
   o.nu_min_reading = parse_nu_min_reading(o.nu_min);
-  p.window = o.selection.params.window;
+  p.window = o.selection.window;
   if (p.compress == "prompt" && p.eval == "question")
     fail<UsageError>("--compress prompt: the question is evictable, so it cannot hold the evaluation queries; "
                      "use --eval first-decode or --eval last");

@@ -26,7 +26,7 @@ struct AnalysisOptions {
   std::string budgets = "0.025,0.05,0.1,0.2,0.4";
   bool keep_given = false;     // --keep was on the command line (--keep 0 is refused, not ignored)
   std::string layers = "all";
-  SelectionOptions selection;
+  SelectionParams selection;
   std::string out = "bound";   // output prefix: <out>.h5, <out>.csv, <out>.json
   JobFlags job;
   // The protocol (docs/BOUND.md "Protocol"): --eval, --compress and --keep N; its fractions

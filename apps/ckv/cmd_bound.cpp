@@ -22,7 +22,7 @@ struct BoundOptions {
 void run_bound(BoundOptions& o, const GlobalOptions& g) {
   finish_options(o.a);
   if (o.oracle_max_n < 1) fail<UsageError>("--oracle-max-n {}: must be at least 1", o.oracle_max_n);
-  AnalysisBlock block{parse_methods(o.methods), o.a.selection.params, o.oracle, o.oracle_max_n,
+  AnalysisBlock block{parse_methods(o.methods), o.a.selection, o.oracle, o.oracle_max_n,
                       o.a.selection.selection_file, o.a.nu_min_reading};
   for (const MethodSpec& m : block.methods) {
     if (m.leaf().kind == MethodSpec::Kind::Oracle && !o.oracle)

@@ -51,7 +51,7 @@ void run_check(CheckOptions& o, const GlobalOptions& g) {
   std::vector<AnalysisBlock> blocks;
   std::vector<std::string> labels;
   for (double alpha : alphas) {
-    SelectionParams p = o.a.selection.params;
+    SelectionParams p = o.a.selection;
     p.alpha = alpha;
     blocks.push_back({{method}, p, false, 0, "", o.a.nu_min_reading});
     labels.push_back(fmt::format("{:g}", alpha));

@@ -29,7 +29,7 @@ struct EvalOptions {
   std::string methods = "snapkv,criticalkv(snapkv),adakv(snapkv),criticalkv(adakv(snapkv))";
   std::string budgets = "0.05,0.1,0.2,0.4";
   std::string compress = "context";
-  SelectionOptions selection;
+  SelectionParams selection;
   int64_t max_new_tokens = 32, track_steps = 0;
   std::vector<std::string> stop;
   bool ignore_eos = false, no_answer_space = false;
@@ -42,7 +42,7 @@ CacheEvalSettings settings_of(EvalOptions& o) {
   s.methods = parse_methods(o.methods);
   s.budgets = parse_budget_fractions(o.budgets, "--budgets");
   finish_selection_options(o.selection);
-  s.params = o.selection.params;
+  s.params = o.selection;
   for (const MethodSpec& m : s.methods) require_method_inputs(m, o.selection, "--methods");
   s.compress_prompt = o.compress == "prompt";
   s.selection_file = o.selection.selection_file;

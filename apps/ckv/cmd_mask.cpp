@@ -33,7 +33,7 @@ struct MaskOptions {
   int64_t context_end = -1;  // with --tokens
   MaskRunOptions run;        // the eviction and what is measured
   bool keep_given = false;   // --keep was on the command line (--keep 0 is refused, not ignored)
-  SelectionOptions selection;  // into run.params and run.selection_file (a target here)
+  SelectionParams selection;  // into run.params and run.selection_file (a target here)
   std::string out = "mask.h5", csv;
   JobFlags job;
 };
@@ -82,7 +82,7 @@ void check_mask_options(MaskOptions& o) {
   if (!(std::isfinite(o.run.match_tol) && o.run.match_tol >= 0))
     fail<UsageError>("--match-tol {}: must be a finite number >= 0", o.run.match_tol);
   finish_selection_options(o.selection);
-  o.run.params = o.selection.params;
+  o.run.params = o.selection;
   o.run.selection_file = o.selection.selection_file;
   if (o.run.method.empty()) return;
   if (!o.run.budget.empty()) parse_budget_fraction(o.run.budget, "--budget");

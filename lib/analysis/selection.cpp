@@ -172,17 +172,6 @@ const MethodInfo& method_info(MethodSpec::Kind kind) {
   return kMethods[static_cast<size_t>(kind)];
 }
 
-void validate_selection_params(const SelectionParams& p) {
-  if (p.window < 1) fail<UsageError>("--window {}: must be at least 1", p.window);
-  if (p.kernel < 1 || p.kernel % 2 == 0 || p.kernel > kMaxKernel)
-    fail<UsageError>("--kernel {}: must be odd, in [1, {}]", p.kernel, kMaxKernel);
-  if (p.h2o_rows < 1) fail<UsageError>("--h2o-rows {}: must be at least 1", p.h2o_rows);
-  if (p.sinks < 0) fail<UsageError>("--sinks {}: must not be negative", p.sinks);
-  if (!(p.alpha > 0 && p.alpha <= 1)) fail<UsageError>("--alpha {}: outside (0, 1]", p.alpha);
-  if (!(p.alpha_safe >= 0 && p.alpha_safe <= 1)) fail<UsageError>("--alpha-safe {}: outside [0, 1]", p.alpha_safe);
-  if (!(std::isfinite(p.eps) && p.eps >= 0)) fail<UsageError>("--eps {}: must be finite and not negative", p.eps);
-}
-
 double parse_budget_fraction(std::string_view text, std::string_view flag) {
   double x = 0;
   const std::string item(trim(text));

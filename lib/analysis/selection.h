@@ -29,56 +29,9 @@
 
 #include <Eigen/Core>
 
+#include "analysis/selection_params.h"
+
 namespace ckv {
-
-enum class PoolKind { Max, Avg };
-enum class GqaReduce { Mean, Max };
-// DefensiveKV (defensivekv.h): the official code's reading of the window share and of the
-// value-norm normalisation, or the evident intent.
-enum class DefensiveShare { BeforeWindow, Window };
-enum class DefensiveNu { AcrossHeads, AcrossPositions };
-// OBCache's saliency (obcache.h): of the joint key-value pair (the seed's), the key or the value.
-enum class ObcacheScore { Joint, Key, Value };
-
-struct SelectionParams {
-  int64_t window = 32;  // snapkv observation window (last `window` context queries)
-  PoolKind pool = PoolKind::Max;
-  int64_t kernel = 7;   // snapkv pooling kernel (odd), stride 1, same length
-  int64_t h2o_rows = 256;  // h2o: accumulated attention of the last rows of the context
-  int64_t sinks = 4;       // streaming: first entries always kept
-  double alpha = 0.5;      // criticalkv stage-1 share (docs/MATH.md §7: 0.5, not 0.25)
-  double eps = 1e-4;       // criticalkv stage-2 offset
-  double alpha_safe = 0.2; // adakv safeguard share
-  GqaReduce gqa_reduce = GqaReduce::Mean;
-  int64_t defensive_kernel = 5;  // defensivekv pooling kernel (avg), as the official press
-  DefensiveShare defensive_share = DefensiveShare::BeforeWindow;
-  DefensiveNu defensive_nu = DefensiveNu::AcrossHeads;
-  double pyramid_beta = 20;  // pyramidkv: the pyramid's steepness (kvpress PyramidKVPress.beta)
-  // duoattention (duoattention.h): head scores [n_layer][n_kv_head] from --duo-pattern, and
-  // what a streaming head keeps: the first duo_sink and the last duo_recent entries.
-  std::shared_ptr<const std::vector<std::vector<double>>> duo_pattern;
-  int64_t duo_sink = 128, duo_recent = 256;
-  // expectedattention (expected_attention.h), kvpress ExpectedAttentionPress's defaults.
-  int64_t ea_future = 512;  // n_future_positions
-  int64_t ea_sinks = 4;     // n_sink
-  bool ea_covariance = true, ea_vnorm = true;
-  double ea_epsilon = 0;
-  // headkv (headkv.h): the head profile [n_layer][n_head or n_kv_head] from
-  // --headkv-profile, the pool's beta and the scores' temperature.
-  std::shared_ptr<const std::vector<std::vector<double>>> headkv_profile;
-  double headkv_beta = 1.2, headkv_temp = 1;
-  ObcacheScore obcache_score = ObcacheScore::Joint;  // --obcache-score
-};
-
-// The largest snapkv pooling kernel accepted: a kernel wider than twice the context pools
-// every entry over the whole context, and the cost grows with the kernel.
-inline constexpr int64_t kMaxKernel = 1023;
-
-// The one check of the selection flags shared by `ckv bound`, `ckv check` and `ckv mask`:
-// --window >= 1, --kernel odd in [1, kMaxKernel], --h2o-rows >= 1, --sinks >= 0,
-// --alpha in (0, 1], --alpha-safe in [0, 1], --eps finite and >= 0. Throws UsageError
-// naming the flag.
-void validate_selection_params(const SelectionParams& params);
 
 struct LayerTensors;
 struct LayerRequest;

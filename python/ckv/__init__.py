@@ -24,7 +24,7 @@ from ._ckv import (  # noqa: F401
     budget_from_fraction,
     default_model_path,
 )
-from .analysis import BoundResult, bound, select, value_norms  # noqa: F401
+from .analysis import BoundResult, bound, select, selection_params, value_norms  # noqa: F401
 from .files import open, table  # noqa: F401,A001
 from .model import Model, Recording, load  # noqa: F401
 

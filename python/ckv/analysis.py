@@ -18,9 +18,18 @@ import numpy as np
 
 from . import _ckv
 
-# The keyword parameters of the selection methods: `ckv bound`'s flags (docs/BOUND.md).
-_PARAMS = ("window", "kernel", "h2o_rows", "sinks", "pool", "gqa_reduce", "nu_min", "alpha", "eps",
-           "alpha_safe", "oracle_max_n", "sliding_window", "threads")
+# The keyword parameters of ckv.bound: every selection parameter (one registration each in
+# the library, analysis/selection_params.h; the keys of an output's settings) and the
+# layer's own settings.
+_PARAMS = tuple(_ckv.selection_param_keys()) + ("nu_min", "oracle_max_n", "sliding_window", "threads")
+
+
+def selection_params() -> dict:
+    """Every selection parameter ckv.bound and Model.eval take, by keyword, with its default:
+    {"window": 32, "kernel": 7, "pool": "max", ..., "pyramid_beta": 20.0, "obcache_score":
+    "joint"} (`ckv bound --help` says what each means; paths are "" when not given)."""
+    a = _ckv.BoundArgs()
+    return {key: getattr(a, key) for key in _ckv.selection_param_keys()}
 
 
 def _f32(x) -> np.ndarray:
@@ -91,8 +100,9 @@ def bound(q, k, v, wo, context_end: int, methods: Sequence[str] = ("snapkv",), b
     methods: `ckv bound --methods` expressions (snapkv, h2o, attn, streaming, oracle,
     adakv(X), criticalkv(X), defensivekv, pyramidkv, expectedattention, obcache, knorm, keydiff, ...; not the
     layer-global ones). params: window=32, kernel=7, pool="max", h2o_rows=256, sinks=4,
-    alpha=0.5, eps=1e-4, alpha_safe=0.2, gqa_reduce="mean", nu_min="all",
-    oracle_max_n=1024, threads=1, sliding_window=0 (the layer's attention window, as
+    alpha=0.5, eps=1e-4, alpha_safe=0.2, gqa_reduce="mean", every other selection parameter
+    by its key (ckv.selection_params(): pyramid_beta, ea_future, obcache_score, headkv_profile,
+    ...), nu_min="all", oracle_max_n=1024, threads=1, sliding_window=0 (the layer's attention window, as
     `ckv bound` takes it from the model: the methods then select among the entries the
     window holds, docs/MODELS.md "Sliding-window attention"). layer / n_layer: the layer's
     depth (pyramidkv's budget);

@@ -200,8 +200,9 @@ class Model:
         "prompt", max_new_tokens=32, track_steps=0 (docs/EVAL.md "Along the answer"),
         stop=[...], ignore_eos=False, chat=False, answer_space=True, window=32, kernel=7,
         pool="max", gqa_reduce="mean", h2o_rows=256, sinks=4, alpha=0.5, eps=1e-4,
-        alpha_safe=0.2, threads=0 (all cores). The methods that read a file (file, headkv,
-        duoattention) need the CLI.
+        alpha_safe=0.2, every other selection parameter by its key (ckv.selection_params()),
+        threads=0 (all cores). The methods that read a file need its path: file
+        selection_file=, headkv headkv_profile=, duoattention duo_pattern=.
 
         Returns {"id", "n", "context_end", "question_start", "first_token", "step_tokens",
         "runs"}: runs[0] the full cache, then methods x budgets (methods outer), each a dict

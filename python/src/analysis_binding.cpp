@@ -54,8 +54,8 @@ nb::dict bound_layer(const FloatIn& q_in, const FloatIn& k_in, const FloatIn& v_
     check_shapes(q, k, v, wo);
     const int64_t n = q.dim(1);
     if (a.c < 1 || a.c > n) fail<InputError>("c {}: outside [1, {}] (the sequence)", a.c, n);
-    if (a.window >= a.c)
-      fail<InputError>("window {} is not shorter than the context of {} tokens", a.window, a.c);
+    if (a.params.window >= a.c)
+      fail<InputError>("window {} is not shorter than the context of {} tokens", a.params.window, a.c);
     if (a.methods.empty()) fail<UsageError>("methods: no method given");
     if (a.budgets.empty()) fail<UsageError>("budgets: no budget given");
     LayerRequest r;
@@ -122,6 +122,11 @@ void register_analysis(nb::module_& m) {
   m.def("bound_layer", &bound_layer, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("wo"), nb::arg("args"),
         nb::arg("inv_freq") = nb::none());
   m.def("budget_from_fraction", &budget_from_fraction, nb::arg("c"), nb::arg("fraction"));
+  m.def("selection_param_keys", [] {
+    std::vector<std::string> keys;
+    for (const SelectionParam& s : selection_param_table()) keys.emplace_back(s.key);
+    return keys;
+  });
   m.def("method_name", [](const std::string& text) { return MethodSpec::parse(text).name(); });
   m.def("value_norms", [](const FloatIn& v_in, const FloatIn& wo_in, int64_t n_head) {
     const Tensor v = tensor_from(v_in, 3, "v"), wo = tensor_from(wo_in, 2, "wo");

@@ -48,45 +48,57 @@ inline Tensor tensor_from(const FloatIn& a, size_t rank, std::string_view name) 
   return Tensor(std::move(shape), std::vector<float>(p, p + a.size()));
 }
 
-// The selection methods' parameters, as ckv.bound and Model.eval take them (`ckv bound`'s
-// flags and defaults, docs/BOUND.md).
+// The selection methods' parameters, as ckv.bound and Model.eval take them: one property per
+// entry of selection_param_table (analysis/selection_params.h), by its key, with `ckv bound`'s
+// defaults; a new parameter reaches Python with its registration.
 struct SelectionArgs {
-  int64_t window = 32, kernel = 7, h2o_rows = 256, sinks = 4;
-  std::string pool = "max", gqa_reduce = "mean";
-  double alpha = 0.5, eps = 1e-4, alpha_safe = 0.2;
+  SelectionParams params;
 };
 
-// SelectionArgs as the library takes them, validated (UsageError for a bad pool or
-// gqa_reduce, validate_selection_params for the rest).
+// The parameter's value as Python holds it: int, float, bool or str (a choice's name, a path).
+inline nb::object selection_param_value(const SelectionParams& p, const SelectionParam& s) {
+  switch (s.type) {
+    case SelectionParam::Type::Count: return nb::int_(p.*s.count);
+    case SelectionParam::Type::Number: return nb::float_(p.*s.number);
+    case SelectionParam::Type::Switch: return nb::bool_(p.*s.on);
+    case SelectionParam::Type::Choice:
+    case SelectionParam::Type::Path: return nb::str(s.value_text(p).c_str());
+  }
+  return nb::none();
+}
+
+// Sets the parameter from a Python value (TypeError for another type, UsageError for an
+// unknown choice).
+inline void set_selection_param(SelectionParams& p, const SelectionParam& s, nb::handle v) {
+  switch (s.type) {
+    case SelectionParam::Type::Count: p.*s.count = nb::cast<int64_t>(v); break;
+    case SelectionParam::Type::Number: p.*s.number = nb::cast<double>(v); break;
+    case SelectionParam::Type::Switch: p.*s.on = nb::cast<bool>(v); break;
+    case SelectionParam::Type::Choice: s.set_choice_name(p, nb::cast<std::string>(v)); break;
+    case SelectionParam::Type::Path: p.*s.path = nb::cast<std::string>(v); break;
+  }
+}
+
+// SelectionArgs as the library takes them: validated (validate_selection_params) and with
+// the files its paths name read (load_selection_files).
 inline SelectionParams selection_params(const SelectionArgs& a) {
-  SelectionParams p;
-  p.window = a.window;
-  p.kernel = a.kernel;
-  p.h2o_rows = a.h2o_rows;
-  p.sinks = a.sinks;
-  p.alpha = a.alpha;
-  p.eps = a.eps;
-  p.alpha_safe = a.alpha_safe;
-  if (a.pool != "max" && a.pool != "avg") fail<UsageError>("pool '{}': max or avg", a.pool);
-  if (a.gqa_reduce != "mean" && a.gqa_reduce != "max") fail<UsageError>("gqa_reduce '{}': mean or max", a.gqa_reduce);
-  p.pool = a.pool == "avg" ? PoolKind::Avg : PoolKind::Max;
-  p.gqa_reduce = a.gqa_reduce == "max" ? GqaReduce::Max : GqaReduce::Mean;
+  SelectionParams p = a.params;
   validate_selection_params(p);
+  load_selection_files(p);
   return p;
 }
 
-// Registers SelectionArgs' fields on the arguments class T that derives from it.
+// Registers a property per selection parameter on the arguments class T that derives from
+// SelectionArgs.
 template <typename T>
 nb::class_<T>& def_selection_args(nb::class_<T>& c) {
-  return c.def_rw("window", &T::window)
-      .def_rw("kernel", &T::kernel)
-      .def_rw("h2o_rows", &T::h2o_rows)
-      .def_rw("sinks", &T::sinks)
-      .def_rw("pool", &T::pool)
-      .def_rw("gqa_reduce", &T::gqa_reduce)
-      .def_rw("alpha", &T::alpha)
-      .def_rw("eps", &T::eps)
-      .def_rw("alpha_safe", &T::alpha_safe);
+  for (const SelectionParam& s : selection_param_table()) {
+    const SelectionParam* e = &s;  // the table is static
+    c.def_prop_rw(
+        e->key.data(), [e](const T& a) { return selection_param_value(a.params, *e); },
+        [e](T& a, nb::handle v) { set_selection_param(a.params, *e, v); });
+  }
+  return c;
 }
 
 void register_errors(nb::module_& m);

@@ -85,8 +85,7 @@ class Collector : public Recorder {
   ThreadPool& pool_;
 };
 
-// `ckv eval`'s settings (docs/EVAL.md) with the CLI's names and defaults; the methods that
-// read a file (file, headkv, duoattention) are the CLI's alone.
+// `ckv eval`'s settings (docs/EVAL.md) with the CLI's names and defaults.
 struct EvalArgs : SelectionArgs {
   std::vector<std::string> methods;
   std::vector<double> budgets;  // fractions of the evictable entries, in (0, 1)
@@ -101,8 +100,12 @@ CacheEvalSettings eval_settings(const EvalArgs& a) {
   CacheEvalSettings s;
   for (const std::string& m : a.methods) {
     s.methods.push_back(MethodSpec::parse(m));
-    if (method_info(s.methods.back().leaf().kind).needs != nullptr)
-      fail<UsageError>("methods: {} reads a file (a selection, profile or pattern); run `ckv eval` for it", m);
+    // A method that reads a file (file, headkv, duoattention) needs its path parameter.
+    if (const char* needs = method_info(s.methods.back().leaf().kind).needs) {
+      const SelectionParam* input = find_selection_param(needs);
+      if (input == nullptr || (a.params.*input->path).empty())
+        fail<UsageError>("methods: {} needs {}= (the path of {})", m, input ? input->key : needs, needs);
+    }
   }
   s.budgets = a.budgets;
   if (a.compress != "context" && a.compress != "prompt")
@@ -113,6 +116,7 @@ CacheEvalSettings eval_settings(const EvalArgs& a) {
   s.stop_strings = a.stop;
   s.ignore_eos = a.ignore_eos;
   s.params = selection_params(a);
+  s.selection_file = s.params.selection_file;
   check_cache_eval_settings(s);
   return s;
 }

@@ -152,3 +152,25 @@ def test_result_arrays_are_handed_over():
     wo = rng.standard_normal((512, 4 * 64)).astype(np.float32)
     l1, _ = ckv.value_norms(v, wo, 4)
     assert not l1.flags.owndata and l1.flags.c_contiguous
+
+
+def test_every_selection_parameter_is_a_keyword(arrays):
+    """The library's one registration of the selection parameters (docs/BOUND.md "Adding a
+    parameter") is what ckv.bound takes: a method's own parameter reaches it by its key."""
+    params = ckv.selection_params()
+    assert params["window"] == 32 and params["pool"] == "max" and params["ea_covariance"] is True
+    assert params["pyramid_beta"] == 20.0 and params["headkv_profile"] == ""
+    assert {"obcache_score", "ea_future", "duo_sink", "selection_file"} <= set(params)
+    q, k, v, wo = arrays
+    # PyramidKVPress's budget of layer 0 of 4 (kvpress): b = 12, w = 2, beta 2 gives
+    # min (b / beta) = 6, max 2b - min = 18, so layer 0 keeps 18; beta 20 puts min below the
+    # window and falls back to b.
+    common = dict(context_end=C, methods=["pyramidkv"], budgets=[12], layer=0, n_layer=4, window=2)
+    assert (ckv.bound(q, k, v, wo, pyramid_beta=2.0, **common).kept_count == 18).all()
+    assert (ckv.bound(q, k, v, wo, **common).kept_count == 12).all()
+    with pytest.raises(ckv.UsageError, match=r"--pyramid-beta 0.5: must be finite and at least 1"):
+        ckv.bound(q, k, v, wo, pyramid_beta=0.5, **common)
+    with pytest.raises(ckv.UsageError, match=r"--obcache-score 'both': one of joint, key, value"):
+        ckv.bound(q, k, v, wo, obcache_score="both", **common)
+    with pytest.raises(ckv.UsageError, match="unknown parameter 'pyramid_bta'"):
+        ckv.bound(q, k, v, wo, pyramid_bta=2.0, **common)
