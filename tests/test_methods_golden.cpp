@@ -56,6 +56,7 @@ SelectionParams params_for(const std::string& label, const h5::Group& c) {
   p.duo_pattern = pattern;
   if (label.find("share=window") != std::string::npos) p.defensive_share = DefensiveShare::Window;
   if (label.find("nu=positions") != std::string::npos) p.defensive_nu = DefensiveNu::AcrossPositions;
+  if (const size_t at = label.find("mass="); at != std::string::npos) p.defensive_mass = std::stod(label.substr(at + 5));
   return p;
 }
 

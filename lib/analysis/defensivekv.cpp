@@ -8,13 +8,6 @@
 
 namespace ckv {
 
-namespace {
-
-// The official stage-1 target before the window share is taken off (efficient_defensivekv_press.py).
-constexpr double kDefensiveStage1Mass = 0.9;
-
-}  // namespace
-
 void defensive_fold(const MatrixD& rows, int64_t c, const SelectionParams& params, DefensiveHeadFold& acc) {
   const int64_t w = params.window, prefix = c - w;
   if (acc.max_pooled.size() != prefix) {
@@ -87,7 +80,7 @@ std::shared_ptr<const DefensiveScores> defensive_combine(const std::vector<Defen
   // Stage 1: decreasing normalised window attention until the mass reaches the threshold
   // (the first index where the cumulative sum is >= it; 0 when none is, as torch.argmax
   // of an all-false mask).
-  const double threshold = kDefensiveStage1Mass - out->window_share;
+  const double threshold = params.defensive_mass - out->window_share;  // official: 0.9 - share
   out->order.resize(static_cast<size_t>(n_kv_head));
   out->count.assign(static_cast<size_t>(n_kv_head), 0);
   for (int64_t g = 0; g < n_kv_head; ++g) {

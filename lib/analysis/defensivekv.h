@@ -15,9 +15,9 @@
 //     positions, the evident intent);
 //   * stage 1 (CriticalKV's, by attention mass): the entries of the highest window-mean
 //     attention (normalised over the prefix) until their cumulative mass reaches
-//     0.9 - window share, capped at int((c - w)(1 - r) - w) (Budget: the keep share 1 - r
-//     of a fraction, b / c for a count; a negative cap is a Python slice: all but its last
-//     |cap| entries); the window share is the mean mass on the
+//     0.9 - window share (the 0.9 is --defensive-mass), capped at int((c - w)(1 - r) - w)
+//     (Budget: the keep share 1 - r of a fraction, b / c for a count; a negative cap is a
+//     Python slice: all but its last |cap| entries); the window share is the mean mass on the
 //     32 positions just before the window (official), or on the window itself
 //     (--defensive-share window, the intent); stage-1 entries and the window score the
 //     layer maximum M of the scores;
@@ -44,7 +44,7 @@ struct DefensiveScores {
   double max = 0;      // M: the maximum of the prefix scores over the layer
   std::vector<std::vector<int64_t>> order;  // [n_kv_head][c - w] prefix by decreasing attention
   std::vector<int64_t> count;               // [n_kv_head] stage-1 entries before the cap
-  double window_share = 0;                  // the share subtracted from the 0.9 threshold
+  double window_share = 0;                  // the share subtracted from the mass threshold (0.9)
 };
 
 // One query head's window rows folded (defensive_fold), before the group reduction.

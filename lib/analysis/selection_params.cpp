@@ -89,6 +89,9 @@ const std::vector<SelectionParam>& table() {
       choice<&P::defensive_nu>("defensive_nu", "--defensive-nu", {"heads", "positions"},
                                "defensivekv: value-norm normalisation: heads (official code: across KV heads per "
                                "position) or positions (across each KV head's positions)"),
+      number("defensive_mass", "--defensive-mass", &P::defensive_mass, {.lo = 0, .hi = 1, .lo_open = true},
+             "defensivekv: stage 1 keeps the entries of highest window attention until their mass reaches "
+             "this, less the window share; in (0, 1] (the official press: 0.9)"),
       path("duo_pattern", "--duo-pattern", &P::duo_pattern_path, load_duo_pattern,
            "duoattention: path of the head scores, one line per layer, a tab-separated score per KV "
            "head (the DuoAttention repository's full_attention_heads.tsv)"),

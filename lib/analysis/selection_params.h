@@ -37,6 +37,7 @@ struct SelectionParams {
   int64_t defensive_kernel = 5;  // defensivekv pooling kernel (avg), as the official press
   DefensiveShare defensive_share = DefensiveShare::BeforeWindow;
   DefensiveNu defensive_nu = DefensiveNu::AcrossHeads;
+  double defensive_mass = 0.9;   // defensivekv stage 1's attention-mass target (the official press: 0.9)
   double pyramid_beta = 20;  // pyramidkv: the pyramid's steepness (kvpress PyramidKVPress.beta)
   // duoattention (duoattention.h): the pattern's path, its head scores [n_layer][n_kv_head]
   // (load_selection_files reads them), and what a streaming head keeps: the first duo_sink

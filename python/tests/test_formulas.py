@@ -159,7 +159,7 @@ def test_every_selection_parameter_is_a_keyword(arrays):
     parameter") is what ckv.bound takes: a method's own parameter reaches it by its key."""
     params = ckv.selection_params()
     assert params["window"] == 32 and params["pool"] == "max" and params["ea_covariance"] is True
-    assert params["pyramid_beta"] == 20.0 and params["headkv_profile"] == ""
+    assert params["pyramid_beta"] == 20.0 and params["defensive_mass"] == 0.9 and params["headkv_profile"] == ""
     assert {"obcache_score", "ea_future", "duo_sink", "selection_file"} <= set(params)
     q, k, v, wo = arrays
     # PyramidKVPress's budget of layer 0 of 4 (kvpress): b = 12, w = 2, beta 2 gives

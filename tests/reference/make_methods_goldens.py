@@ -54,7 +54,8 @@ Layout:
             leaves it unspecified: only the total is compared)
         layers/<l>/kept/<label> uint8 [budget, n_kv_head, c], 1 = kept, budgets in the
             order of the attribute; label is
-            defensivekv (official), defensivekv:share=window, defensivekv:nu=positions,
+            defensivekv (official), defensivekv:mass=0.6 (the official code with its stage-1
+            threshold 0.9 replaced by 0.6: --defensive-mass), defensivekv:share=window, defensivekv:nu=positions,
             defensivekv:share=window,nu=positions (NumPy), layer-defensivekv (official,
             allocation over the case's layers; compared where layer_determined), pyramidkv (kvpress 0.5.5 PyramidKVPress,
             window/kernel of the case, avg pooling, beta pyramid_beta, n_layer layers),
@@ -80,6 +81,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests/data/kvpress/methods_v1.h5"
 DEFENSIVEKV_URL = "https://github.com/FFY0/DefensiveKV"
 DEFENSIVEKV_COMMIT = "9251b95e7e282a6c18dd98ef6318dd489e639a58"
+MASS = 0.6  # the label "defensivekv:mass=0.6": --defensive-mass 0.6 (the official press: 0.9)
 PRESS_FILES = {
     "efficient_ada_scorer_press": "kvpress/presses/efficient_ada_scorer_press.py",
     "efficient_ada_global_scorer_press": "kvpress/presses/efficient_ada_global_scorer_press.py",
@@ -153,6 +155,18 @@ def load_official():
         sys.modules[full] = mod
         exec(compile(official_source(rel), mod.__file__, "exec"), mod.__dict__)
         mods[name] = mod
+    # The official press with its stage-1 mass (a constant there, 0.9) set to MASS: the
+    # reference of --defensive-mass. Its source is the official file with that one number
+    # replaced where it stands, nothing else.
+    rel = PRESS_FILES["efficient_defensivekv_press"]
+    src = official_source(rel)
+    # Twice: the torch path (vwl1norm, the one run here) and the Triton path's copy.
+    assert src.count("threshold = 0.9 - window_bias") == 2, "the official stage-1 threshold moved"
+    mod = types.ModuleType("kvpress.presses.efficient_defensivekv_press_mass")
+    mod.__file__ = f"<{DEFENSIVEKV_URL}@{DEFENSIVEKV_COMMIT[:7]}>/{rel} (threshold {MASS})"
+    exec(compile(src.replace("threshold = 0.9 - window_bias", f"threshold = {MASS!r} - window_bias"),
+                 mod.__file__, "exec"), mod.__dict__)
+    mods["efficient_defensivekv_press_mass"] = mod
     return mods
 
 
@@ -220,7 +234,7 @@ def softmax_rows(q, k, rows):
     return out
 
 
-def numpy_defensive(q, k, nu, c, w, kernel, cr, share, nu_norm):
+def numpy_defensive(q, k, nu, c, w, kernel, cr, share, nu_norm, mass=0.9):
     """Budget scores [n_kv, c] of DefensiveKV at compression ratio cr."""
     n_head, n_kv = q.shape[0], k.shape[0]
     g = n_head // n_kv
@@ -253,7 +267,7 @@ def numpy_defensive(q, k, nu, c, w, kernel, cr, share, nu_norm):
         norm = ave[hk] / ave[hk].sum()
         order = np.argsort(-norm, kind="stable")
         cum = np.cumsum(norm[order])
-        hit = np.nonzero(cum >= 0.9 - bias)[0]
+        hit = np.nonzero(cum >= mass - bias)[0]
         count = min(int(hit[0]) if len(hit) else 0, cap)
         scores[hk, order[:count]] = top
     return scores
@@ -381,6 +395,16 @@ def write_case(f, mods, name, layers, c, n, w, kernel, fractions, source, n_laye
             ref = numpy_defensive(q, k, nu, c, w, kernel, cr, "before", "heads")
             mine = mask_from_flat(top_flat(ref, n_kept), n_kv, c)
             assert (mine == kept).all(), f"{name} layer {l} budget {b}: NumPy differs from the official code"
+            # --defensive-mass: the official code with its threshold replaced, and the NumPy
+            # reading at that mass must agree.
+            mpress = mods["efficient_defensivekv_press_mass"].EfficientDefensiveKVPress(
+                compression_ratio=cr, window_size=w, kernel_size=kernel)
+            kept_m = mask_from_flat(official_scores(mpress, q, k, v, wo, c, len(layers)).topk(n_kept).indices.numpy(),
+                                    n_kv, c)
+            ref_m = numpy_defensive(q, k, nu, c, w, kernel, cr, "before", "heads", mass=MASS)
+            assert (mask_from_flat(top_flat(ref_m, n_kept), n_kv, c) == kept_m).all(), \
+                f"{name} layer {l} budget {b}: NumPy differs from the official code at mass {MASS}"
+            put(masks, l, f"defensivekv:mass={MASS}", kept_m)
             for label, share, nn_ in [("defensivekv:share=window", "window", "heads"),
                                       ("defensivekv:nu=positions", "before", "positions"),
                                       ("defensivekv:share=window,nu=positions", "window", "positions")]:
