@@ -112,11 +112,15 @@ float softmax_numerators(float* s, int64_t n, int64_t zero_to) {
     std::fill(s, s + std::max(zero_to, end), 0.0f);
     return 0.0f;
   }
-  std::fill(s + n, s + end, kNegInf);  // exp gives exact zeros in the last vector's tail
-  const Packet shift = ei::pset1<Packet>(max);
+  std::fill(s + n, s + end, kNegInf);  // exact zeros in the last vector's tail (below)
+  const Packet shift = ei::pset1<Packet>(max), neg_inf = ei::pset1<Packet>(kNegInf);
   Packet sum = ei::pset1<Packet>(0.0f);
   for (int64_t j = 0; j < end; j += kLanes) {
-    const Packet e = ei::pexp(ei::psub(ei::ploadu<Packet>(s + j), shift));
+    const Packet x = ei::ploadu<Packet>(s + j);
+    // A -inf logit (masked, outside the window, past the row) has the numerator 0 exactly:
+    // Eigen's generic pexp clamps its argument and gives 2.9e-39 for -inf (its AVX-512 one
+    // gives 0), which would make the result depend on the host's vector width.
+    const Packet e = ei::pandnot(ei::pexp(ei::psub(x, shift)), ei::pcmp_eq(x, neg_inf));
     ei::pstoreu(s + j, e);
     sum = ei::padd(sum, e);
   }
