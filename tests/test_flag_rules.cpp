@@ -146,6 +146,10 @@ TEST(FlagTexts, UnknownNamesGetDidYouMean) {
   expect_usage_error("dumb", {"unknown subcommand 'dumb'", "did you mean dump?"});
   expect_usage_error("forward --generat 3", {"unknown flag --generat for `ckv forward`", "did you mean --generate?"});
   expect_usage_error("bound --budget 0.2", {"unknown flag --budget", "did you mean --budgets?"});
+  // The unknown flag first, before a value CLI11 checks while parsing (merge's missing shard).
+  expect_usage_error("merge out.h5 /nonexistent/s0.h5 --alow-missing",
+                     {"unknown flag --alow-missing for `ckv merge`", "did you mean --allow-missing?"});
+  expect_usage_error("merge out.h5 /nonexistent/s0.h5", {"/nonexistent/s0.h5"});
 }
 
 TEST(FlagTexts, InfoNamesWhatItReads) {

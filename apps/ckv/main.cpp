@@ -177,9 +177,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    // An unknown subcommand or flag: named, with the closest known one.
-    const bool unknown = dynamic_cast<const CLI::ExtrasError*>(&e) || dynamic_cast<const CLI::RequiredError*>(&e);
-    const std::string explained = unknown ? explain_unknown_name(app, argc, argv) : std::string();
+    // An unknown subcommand or flag: named, with the closest known one, before any other
+    // error of the line (CLI11 checks values, a missing file of `merge` say, before extras).
+    const std::string explained = explain_unknown_name(app, argc, argv);
     return fail_with(2, "error", explained.empty() ? e.what() : explained);
   } catch (const ckv::UsageError& e) {
     return fail_with(2, "error", e.what());  // a flag's value: the command line must change
