@@ -87,7 +87,7 @@ TEST_F(EvalCli, OutputsAgreeWithTheSelection) {
   for (const std::string& id : ids) {
     const ckv::h5::Group rec = f.open_group("records/" + id);
     EXPECT_EQ(rec.attr_string("task"), "niah");
-    const int64_t n = rec.attr_int("n"), c = rec.attr_int("context_end");
+    const int64_t n = rec.attr_int("n_tokens"), c = rec.attr_int("context_end");
     const ckv::h5::Group full = rec.open_group("runs/0");
     EXPECT_EQ(full.attr_string("method"), "full");
     EXPECT_EQ(full.attr_double("kl"), 0.0);

@@ -388,8 +388,8 @@ TEST_F(OutputFaults, InfoDescribesEveryOutput) {
   ASSERT_EQ(mask("m.h5").exit_code, 0);
   ASSERT_EQ(run_ckv(fmt::format("-q merge {} {}", path("merged"), path("b.h5"))).exit_code, 0);
   for (const auto& [file, needle] : std::vector<std::pair<std::string, std::string>>{
-           {"b.h5", "schema ckv.bound version 2"},
-           {"m.h5", "schema ckv.mask version 1"},
+           {"b.h5", "schema ckv.bound version 3"},
+           {"m.h5", "schema ckv.mask version 2"},
            {"merged.h5", "merged from   1 shard file(s)"}}) {
     const auto r = run_ckv("info " + path(file));
     EXPECT_EQ(r.exit_code, 0) << r.output;

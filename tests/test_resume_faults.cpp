@@ -204,7 +204,7 @@ TEST_F(ResumeFaults, MergeRefusesAnEvalRecordOutsideItsTokens) {
     h5::File f = h5::File::open_rw(dir_ / "e.h5");
     h5::Group records = f.open_group("records");
     h5::Group rec = records.open_group(records.children().front());
-    rec.set_attr_int("question_start", rec.attr_int("n") + 5);
+    rec.set_attr_int("question_start", rec.attr_int("n_tokens") + 5);
     f.close();
   }
   expect_one_error_line(run_ckv(fmt::format("merge {} {}", path("g.h5"), path("e.h5"))),

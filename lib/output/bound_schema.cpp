@@ -79,7 +79,7 @@ std::set<std::string> BoundFile::complete_records() const { return complete_reco
 void BoundFile::write_record(const BoundRecord& rec) {
   if (rec.layers.empty()) fail<InputError>("bound: record \"{}\" has no layers", rec.id);
   h5::Group g = begin_record_group(file_, rec.id, rec.index);
-  g.set_attr_int("n", rec.n);
+  g.set_attr_int("n_tokens", rec.n);
   g.set_attr_int("context_end", rec.c);
   g.set_attr_int("question_start", rec.question_start);
   g.set_attr_int("eval_token", rec.eval_token);
@@ -151,7 +151,7 @@ BoundRecord read_record(const h5::Group& g, const std::string& id) {
   BoundRecord rec;
   rec.id = id;
   rec.index = g.has_attr("index") ? g.attr_int("index") : 0;
-  rec.n = g.attr_int("n");
+  rec.n = g.attr_int("n_tokens");
   rec.c = g.attr_int("context_end");
   rec.question_start = g.attr_int("question_start");
   rec.eval_token = g.attr_int("eval_token");

@@ -24,7 +24,9 @@ namespace ckv {
 struct Provenance;
 
 inline constexpr const char* kBoundSchema = "ckv.bound";
-inline constexpr int64_t kBoundSchemaVersion = 2;
+// 3: the record's token count `n` became `n_tokens`, as dump, mask and eval name it; version
+// 2 files are refused by ckv (rerun) and read by the Python reader (python/ckv/reader.py).
+inline constexpr int64_t kBoundSchemaVersion = 3;
 
 // One record's results: layers[i] is layer layer_ids[i].
 struct BoundRecord {

@@ -159,7 +159,7 @@ EvalFile EvalFile::create(const std::filesystem::path& path, const Provenance& p
   provenance.write_attrs(file);
   file.set_attr_json("settings", settings);
   file.set_attr_strings("methods", methods);
-  file.set_attr_doubles("budgets", budgets);
+  file.set_attr_doubles("budget_fractions", budgets);
   file.set_attr_int("n_layer", config.n_layer);
   file.set_attr_int("n_head", config.n_head);
   file.set_attr_int("n_kv_head", config.n_kv_head);
@@ -179,7 +179,7 @@ void EvalFile::write_record(const EvalRecord& r) {
   const int64_t n_layer = file_.attr_int("n_layer"), n_head = file_.attr_int("n_head"),
                 n_kv_head = file_.attr_int("n_kv_head");
   h5::Group g = begin_record_group(file_, r.id, r.index);
-  g.set_attr_int("n", r.result.n);
+  g.set_attr_int("n_tokens", r.result.n);
   g.set_attr_int("context_end", r.result.c);
   g.set_attr_int("question_start", r.result.question_start);
   g.set_attr_int("first_token", r.result.first_token);
@@ -218,9 +218,9 @@ void EvalFile::write_record(const EvalRecord& r) {
 void check_eval_schema(const h5::File& file) { check_schema(file, kEvalSchema, kEvalSchemaVersion, "ckv eval output"); }
 
 void check_eval_record(const h5::Group& r, int64_t n_layer, int64_t n_head, int64_t n_kv_head) {
-  for (const char* a : {"n", "context_end", "question_start", "first_token", "task", "answers"}) need(r, a);
-  const int64_t n = r.attr_int("n"), c = r.attr_int("context_end"), question = r.attr_int("question_start");
-  if (n < 1 || c < 1 || c > n) bad(r, fmt::format("n {} and context_end {} are inconsistent", n, c));
+  for (const char* a : {"n_tokens", "context_end", "question_start", "first_token", "task", "answers"}) need(r, a);
+  const int64_t n = r.attr_int("n_tokens"), c = r.attr_int("context_end"), question = r.attr_int("question_start");
+  if (n < 1 || c < 1 || c > n) bad(r, fmt::format("n_tokens {} and context_end {} are inconsistent", n, c));
   // The context ends where the question starts (context_end, or the whole prompt with --compress prompt).
   if (question < 1 || question > n || (c != question && c != n))
     bad(r, fmt::format("question_start {} is outside the record's {} tokens or disagrees with context_end {}",

@@ -1,13 +1,13 @@
 #pragma once
-// Outputs of `ckv eval` (schema "ckv.eval" version 2, docs/EVAL.md): an HDF5 file written
+// Outputs of `ckv eval` (schema "ckv.eval" version 3, docs/EVAL.md): an HDF5 file written
 // record by record (batch_output.h: shards, --resume, `ckv merge`), and the tidy CSV (one
 // row per record x run) and JSON summary (accuracy per method x budget, the rank
 // correlation of perturbation and answer quality) regenerated from it, so a resumed run and
 // a merge of shards give the side files of one uninterrupted run.
 //
 //   /                       attrs: batch root (batch_output.h), settings (JSON), methods,
-//                           budgets (fractions), n_layer, n_head, n_kv_head
-//   /records/<id>           attrs: index, complete, n, context_end, question_start, first_token,
+//                           budget_fractions, n_layer, n_head, n_kv_head
+//   /records/<id>           attrs: index, complete, n_tokens, context_end, question_start, first_token,
 //                           task, answers (JSON list), run_labels; datasets tokens [n] i32
 //                           (attr token_text), answer_ids [m] i32
 //   /records/<id>/runs/<k>  k = 0 the full cache, then methods x budgets (methods outer);
@@ -39,8 +39,10 @@ struct Provenance;
 
 inline constexpr const char* kEvalSchema = "ckv.eval";
 // 2: the record's `c` and `prompt` became `context_end` and `tokens` (the names of the other
-// schemas); version 1 files are refused by ckv (rerun `ckv eval`) and read by analysis/ckv_reader.py.
-inline constexpr int64_t kEvalSchemaVersion = 2;
+// schemas); 3: its `n` became `n_tokens` and the root's `budgets` `budget_fractions` (one
+// vocabulary with bound, mask and dump). Older files are refused by ckv (rerun `ckv eval`)
+// and read by the Python reader (python/ckv/reader.py).
+inline constexpr int64_t kEvalSchemaVersion = 3;
 
 struct EvalRecord {
   std::string id;

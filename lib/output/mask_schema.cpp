@@ -109,7 +109,7 @@ void MaskFile::write_record(const MaskRecord& r) {
   const auto n_layer = static_cast<int64_t>(r.sinks.s_attn.size());
   const int64_t n_head = n_layer > 0 ? r.sinks.s_attn[0].dim(0) : 0;
   g.set_attr_int("context_end", r.c);
-  g.set_attr_int("prompt_tokens", r.prompt_len);
+  g.set_attr_int("n_tokens", r.prompt_len);
   if (r.answer) g.set_attr_string("answer", *r.answer);
   if (r.logp_answer_full) g.set_attr_double("logp_answer_full", *r.logp_answer_full);
   if (r.generation_full) write_generation(g, "generation_full", *r.generation_full);
@@ -236,7 +236,7 @@ MaskRecord read_for_csv(const h5::Group& g, const std::string& id) {
   MaskRecord r;
   r.id = id;
   r.c = g.attr_int("context_end");
-  r.prompt_len = g.attr_int("prompt_tokens");
+  r.prompt_len = g.attr_int("n_tokens");
   r.eval_rows = g.open_dataset("eval_rows").read<int64_t>();
   r.logp_answer_full = optional_attr<double>(g, "logp_answer_full", &h5::Object::attr_double);
   for (const std::string& name : run_names(g)) {

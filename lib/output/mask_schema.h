@@ -1,6 +1,7 @@
 #pragma once
-// The outputs of `ckv mask` (schema "ckv.mask", version 1; docs/MASK.md documents every
-// object): one HDF5 file with a group per record and, inside it, a group per run (the
+// The outputs of `ckv mask` (schema "ckv.mask", version 2: version 1 named the record's
+// n_tokens `prompt_tokens`, refused by ckv and read by the Python reader; docs/MASK.md
+// documents every object): one HDF5 file with a group per record and, inside it, a group per run (the
 // target eviction and each placebo), plus a tidy CSV (one measurement per line). The CSV
 // of a file is regenerated from it (write_mask_csv_file), so a resumed run and a merge of
 // shards give the CSV of one uninterrupted run.
@@ -25,7 +26,7 @@ namespace ckv {
 struct Provenance;
 
 inline constexpr const char* kMaskSchema = "ckv.mask";
-inline constexpr int64_t kMaskSchemaVersion = 1;
+inline constexpr int64_t kMaskSchemaVersion = 2;
 
 struct Generation {
   std::vector<int32_t> tokens;

@@ -236,7 +236,7 @@ int64_t bound_model_layers(const h5::File& f) {
 }
 
 void check_bound_record(const h5::Group& r, int64_t n_labels, int64_t n_layer) {
-  const int64_t n = int_attr(r, "n", 1, kMaxDim);
+  const int64_t n = int_attr(r, "n_tokens", 1, kMaxDim);
   const int64_t c = int_attr(r, "context_end", 1, n);
   const std::vector<int64_t> eval_rows = ints_attr(r, "eval_rows", 0, n - 1);
   const std::vector<int64_t> budgets = ints_attr(r, "budgets", 0, c);
@@ -266,9 +266,9 @@ void check_bound_record(const h5::Group& r, int64_t n_labels, int64_t n_layer) {
 
 void check_mask_record(const h5::Group& r) {
   const int64_t c = int_attr(r, "context_end", 1, kMaxDim);
-  const int64_t p = int_attr(r, "prompt_tokens", c, kMaxDim);
+  const int64_t p = int_attr(r, "n_tokens", c, kMaxDim);
   dataset(r, "tokens", {h5::DType::I32}, {-1});
-  if (r.open_dataset("tokens").shape()[0] < p) bad(r, "fewer tokens than prompt_tokens {}", p);
+  if (r.open_dataset("tokens").shape()[0] < p) bad(r, "fewer tokens than n_tokens {}", p);
   const h5::Dataset eval = dataset(r, "eval_rows", {h5::DType::I64}, {-1});
   const int64_t ne = eval.shape()[0];
   if (ne < 1) bad(eval, "no evaluation rows");
@@ -339,7 +339,7 @@ RecordCheck check_root(const h5::File& f, OutputSummary& s) {
   if (s.schema == kEvalSchema) {
     check_eval_schema(f);
     check_batch_root(f);
-    for (const char* a : {"methods", "budgets", "n_layer", "n_head", "n_kv_head"}) need_attr(f, a);
+    for (const char* a : {"methods", "budget_fractions", "n_layer", "n_head", "n_kv_head"}) need_attr(f, a);
     const int64_t nl = f.attr_int("n_layer"), nh = f.attr_int("n_head"), nkv = f.attr_int("n_kv_head");
     if (nl < 1 || nh < 1 || nkv < 1 || nh % nkv != 0)
       bad(f, "model shape {} layers, {} heads, {} KV heads invalid", nl, nh, nkv);

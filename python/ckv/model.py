@@ -204,7 +204,7 @@ class Model:
         threads=0 (all cores). The methods that read a file need its path: file
         selection_file=, headkv headkv_profile=, duoattention duo_pattern=.
 
-        Returns {"id", "n", "context_end", "question_start", "first_token", "step_tokens",
+        Returns {"id", "n_tokens", "context_end", "question_start", "first_token", "step_tokens",
         "runs"}: runs[0] the full cache, then methods x budgets (methods outer), each a dict
         of the HDF5 run's attributes (method, fraction, budget, text, tokens, stop, kl,
         top1_agree, mean_l1, mean_l2, logp_answer, scores) and arrays kept [layer, kv_head],

@@ -17,10 +17,26 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-# schema name -> the versions this reader implements (the newest last). ckv.eval 1 named the
-# record's context end `c` and its prompt ids `prompt`; version 2 names them `context_end` and
-# `tokens` as the other schemas do, and this reader gives version 1 records the new names.
-SUPPORTED = {"ckv.dump": (1,), "ckv.bound": (2,), "ckv.mask": (1,), "ckv.eval": (1, 2)}
+# schema name -> the versions this reader implements (the newest last). Each rename made the
+# names one vocabulary across the schemas, and this reader gives older records the new names
+# (_renamed): ckv.eval 2 named version 1's context end `c` and prompt ids `prompt`
+# `context_end` and `tokens`; ckv.bound 3 and ckv.eval 3 name the record's token count
+# `n_tokens` (was `n`), ckv.mask 2 likewise (was `prompt_tokens`), and ckv.eval 3 the root's
+# fractions `budget_fractions` (was `budgets`).
+SUPPORTED = {"ckv.dump": (1,), "ckv.bound": (2, 3), "ckv.mask": (1, 2), "ckv.eval": (1, 2, 3)}
+# (schema, the first version with the new names) -> {old name: new name} of record attributes.
+_RENAMED = {("ckv.eval", 2): {"c": "context_end"}, ("ckv.eval", 3): {"n": "n_tokens"},
+            ("ckv.bound", 3): {"n": "n_tokens"}, ("ckv.mask", 2): {"prompt_tokens": "n_tokens"}}
+
+
+def _renamed(attrs: dict, schema: str, version: int) -> dict:
+    """A record's attributes with the names of the newest version of its schema."""
+    for (s, since), names in _RENAMED.items():
+        if s == schema and version < since:
+            for old, new in names.items():
+                if old in attrs and new not in attrs:
+                    attrs[new] = attrs.pop(old)
+    return attrs
 
 
 class SchemaError(Exception):
@@ -76,7 +92,7 @@ class CkvFile:
 @dataclass
 class BoundRecord:
     id: str
-    n: int
+    n_tokens: int
     context_end: int
     budgets: np.ndarray        # [budget] kept entries per KV head
     layers: np.ndarray         # [layer] model layer indices
@@ -277,7 +293,7 @@ class EvalRecord:
 @dataclass
 class EvalFile(CkvFile):
     methods: list = field(default_factory=list)
-    budgets: list = field(default_factory=list)   # fractions
+    budgets: list = field(default_factory=list)   # fractions: the root's budget_fractions
     records: list = field(default_factory=list)   # [EvalRecord] in input order
 
 
@@ -297,8 +313,9 @@ def _read_bound(f, base: dict) -> BoundFile:
     for rid, g in f["records"].items():
         if not _complete(g):
             continue
+        ga = _renamed(_attrs(g), "ckv.bound", base["version"])
         out.records.append(BoundRecord(
-            id=rid, n=int(g.attrs["n"]), context_end=int(g.attrs["context_end"]),
+            id=rid, n_tokens=int(ga["n_tokens"]), context_end=int(g.attrs["context_end"]),
             budgets=np.asarray(g.attrs["budgets"]), layers=np.asarray(g.attrs["layers"]),
             metrics_mean=g["metrics_mean"][()], metrics=g["metrics"][()],
             kept_count=g["kept_count"][()], eval_rows=np.asarray(g.attrs["eval_rows"]),
@@ -318,7 +335,8 @@ def _read_mask(f, base: dict) -> MaskFile:
         for name, rg in g["runs"].items():
             runs[name] = MaskRun(name=name, attrs=_attrs(rg),
                                  data={k: rg[k][()] for k in rg.keys()})
-        out.records.append(MaskRecord(id=rid, attrs=_attrs(g), context_end=int(g.attrs["context_end"]),
+        out.records.append(MaskRecord(id=rid, attrs=_renamed(_attrs(g), "ckv.mask", base["version"]),
+                                      context_end=int(g.attrs["context_end"]),
                                       runs=runs, s_attn=g["s_attn"][()], s_val=g["s_val"][()],
                                       eval_rows=g["eval_rows"][()]))
     if not out.records:
@@ -328,7 +346,8 @@ def _read_mask(f, base: dict) -> MaskFile:
 
 def _read_eval(f, base: dict) -> EvalFile:
     a = base["attrs"]
-    out = EvalFile(methods=list(a.get("methods", [])), budgets=[float(x) for x in a.get("budgets", [])], **base)
+    fractions = a.get("budget_fractions", a.get("budgets", []))  # "budgets" before version 3
+    out = EvalFile(methods=list(a.get("methods", [])), budgets=[float(x) for x in fractions], **base)
     for rid, g in f["records"].items():
         if not _complete(g):
             continue
@@ -340,9 +359,7 @@ def _read_eval(f, base: dict) -> EvalFile:
                                 scores=json.loads(ra["scores"]) if ra.get("scores") else {},
                                 tokens=rg["tokens"][()],
                                 steps={k: rg[k][()] for k in rg.keys() if k.startswith("step_")}))
-        attrs = _attrs(g)
-        if base["version"] == 1 and "c" in attrs:      # the version-2 name (SUPPORTED)
-            attrs["context_end"] = attrs.pop("c")
+        attrs = _renamed(_attrs(g), "ckv.eval", base["version"])
         out.records.append(EvalRecord(id=rid, index=int(g.attrs["index"]), attrs=attrs, runs=runs))
     if not out.records:
         raise SchemaError(base["path"], "no complete record")

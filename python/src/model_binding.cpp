@@ -268,7 +268,7 @@ class PyModel {
     const auto steps = static_cast<int64_t>(result.step_tokens.size());
     nb::dict out;
     out["id"] = record.id;
-    out["n"] = result.n;
+    out["n_tokens"] = result.n;
     out["context_end"] = result.c;
     out["question_start"] = result.question_start;
     out["first_token"] = result.first_token;

@@ -175,7 +175,7 @@ def test_eval_equals_ckv_eval(model, tmp_path):
     got = model.eval(record, methods, budgets, window=WINDOW, max_new_tokens=6, track_steps=4, threads=2)
     with h5py.File(tmp_path / "ev.h5", "r") as f:
         g = f["records/vell"]
-        assert got["n"] == g.attrs["n"] and got["context_end"] == g.attrs["context_end"]
+        assert got["n_tokens"] == g.attrs["n_tokens"] and got["context_end"] == g.attrs["context_end"]
         assert list(got["step_tokens"]) == list(g["step_tokens"][()])
         assert len(got["runs"]) == len(g["runs"]) == 3
         for k, run in enumerate(got["runs"]):

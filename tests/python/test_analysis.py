@@ -96,7 +96,7 @@ def test_reader_refuses_other_version(outs, tmp_path, name):
     shutil.copy(outs / name, bad)
     with h5py.File(bad, "r+") as f:
         f.attrs["schema_version"] = 99
-    with pytest.raises(SchemaError, match=r"v99_.*version 99.*version [12] only") as e:
+    with pytest.raises(SchemaError, match=r"v99_.*version 99.*version [0-9 and]+ only") as e:
         open_ckv(bad)
     assert e.value.path == str(bad)
 

@@ -86,8 +86,8 @@ def test_reader_refuses_other_eval_version(run, tmp_path):
     bad = tmp_path / "eval.h5"
     bad.write_bytes((tmp / "eval.h5").read_bytes())
     with h5py.File(bad, "r+") as f:
-        f.attrs["schema_version"] = 3
-    with pytest.raises(SchemaError, match="version 3"):
+        f.attrs["schema_version"] = 4
+    with pytest.raises(SchemaError, match="version 4"):
         open_ckv(bad)
 
 

@@ -1,8 +1,8 @@
 """Every ckv output reads with h5py alone (docs/ANALYSIS.md "Reading with h5py alone"):
 each dataset has a `description` (and `unit` where it has one), token ids carry their text,
-bound budgets are numbers, eval (schema version 2) names the context end and the prompt ids
-as the other schemas do, and an old version-1 eval file is refused by ckv and read by
-analysis/ckv_reader.py. Also: a placebo search that finds fewer spans than asked for is a
+bound and eval budgets are numbers, every schema names a record's token count, context end
+and prompt ids alike (n_tokens, context_end, tokens: bound 3, eval 3, mask 2), and an older
+file is refused by ckv and read by analysis/ckv_reader.py with the new names. Also: a placebo search that finds fewer spans than asked for is a
 note on the record, not a failed batch.
 
 Environment: CKV_BINARY, CKV_MODEL; tests skip when either is absent.
@@ -110,13 +110,23 @@ def test_bound_budgets_are_numbers(outs):
     tmp, _ = outs
     with h5py.File(tmp / "bound.h5", "r") as f:
         assert np.allclose(f.attrs["budget_fractions"], [0.1, 0.2])
-        assert f.attrs["schema_version"] == 2
+        assert f.attrs["schema_version"] == 3
 
 
-def test_eval_version_2_vocabulary(outs):
+def test_one_vocabulary_across_schemas(outs):
+    """Every record's token count is n_tokens, its context end context_end, its prompt ids
+    tokens; fractions are budget_fractions at the root of bound and eval (bound 3, eval 3,
+    mask 2, dump 1)."""
     tmp, _ = outs
+    versions = {"bound.h5": 3, "eval.h5": 3, "mask.h5": 2}
+    for name, version in versions.items():
+        with h5py.File(tmp / name, "r") as f:
+            assert f.attrs["schema_version"] == version, name
+            rec = f["records"][next(iter(f["records"]))]
+            assert "n_tokens" in rec.attrs and "n" not in rec.attrs and "prompt_tokens" not in rec.attrs, name
+            assert 0 < rec.attrs["context_end"] <= rec.attrs["n_tokens"], name
     with h5py.File(tmp / "eval.h5", "r") as f:
-        assert f.attrs["schema_version"] == 2
+        assert np.allclose(f.attrs["budget_fractions"], [0.2]) and "budgets" not in f.attrs
         rec = f["records"][next(iter(f["records"]))]
         assert "context_end" in rec.attrs and "c" not in rec.attrs
         assert "tokens" in rec and "prompt" not in rec
@@ -131,16 +141,41 @@ def test_eval_version_1_refused_by_ckv_and_read_by_the_reader(outs, tmp_path):
     shutil.copy(tmp / "eval.h5", old)
     with h5py.File(old, "r+") as f:     # back to the version-1 names
         f.attrs["schema_version"] = 1
+        f.attrs["budgets"] = f.attrs["budget_fractions"]
+        del f.attrs["budget_fractions"]
         for rec in f["records"].values():
             rec.attrs["c"] = rec.attrs["context_end"]
-            del rec.attrs["context_end"]
+            rec.attrs["n"] = rec.attrs["n_tokens"]
+            del rec.attrs["context_end"], rec.attrs["n_tokens"]
             rec.move("tokens", "prompt")
     r = ckv("info", str(old), ok=False)
-    assert r.returncode == 1 and "version 1" in r.stderr and "version 2" in r.stderr
+    assert r.returncode == 1 and "version 1" in r.stderr and "version 3" in r.stderr
     new = open_ckv(tmp / "eval.h5")
     read = open_ckv(old)
     assert read.version == 1
     assert read.records[0].attrs["context_end"] == new.records[0].attrs["context_end"]
+    assert read.records[0].attrs["n_tokens"] == new.records[0].attrs["n_tokens"]
+    assert read.budgets == new.budgets == [0.2]
+
+
+def test_older_bound_and_mask_files_are_read_with_the_new_names(outs, tmp_path):
+    tmp, _ = outs
+    for name, version, old_name in (("bound.h5", 2, "n"), ("mask.h5", 1, "prompt_tokens")):
+        old = tmp_path / name
+        shutil.copy(tmp / name, old)
+        with h5py.File(old, "r+") as f:
+            f.attrs["schema_version"] = version
+            for rec in f["records"].values():
+                rec.attrs[old_name] = rec.attrs["n_tokens"]
+                del rec.attrs["n_tokens"]
+        r = ckv("info", str(old), ok=False)
+        assert r.returncode == 1 and f"version {version}" in r.stderr, r.stderr
+        new, read = open_ckv(tmp / name), open_ckv(old)
+        assert read.version == version
+        if name == "bound.h5":
+            assert read.records[0].n_tokens == new.records[0].n_tokens > 0
+        else:
+            assert read.records[0].attrs["n_tokens"] == new.records[0].attrs["n_tokens"] > 0
 
 
 def test_too_few_placebos_is_a_note_not_a_failure(outs):
