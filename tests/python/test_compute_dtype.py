@@ -22,6 +22,12 @@ BINARY = os.environ.get("CKV_BINARY", str(ROOT / "build" / "ckv"))
 MODEL = os.environ.get("CKV_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 SUBCOMMANDS = ["forward", "dump", "bound", "check", "mask", "eval", "profile"]
 
+
+def absent_input(sub, tmp_path):
+    """An input that would fail later (a missing file), in the flag the subcommand has: the
+    dtype must be refused first. forward has no --input (an unknown flag is named first)."""
+    return ["--prompt-file" if sub == "forward" else "--input", str(tmp_path / "absent.jsonl")]
+
 pytestmark = pytest.mark.skipif(not Path(MODEL).exists(), reason="default model absent")
 
 
@@ -53,7 +59,7 @@ def assert_one_line_usage_error(r, *words):
 
 @pytest.mark.parametrize("sub", SUBCOMMANDS)
 def test_unknown_compute_dtype_refused(sub, tmp_path):
-    r = ckv(sub, "--model", MODEL, "--compute-dtype", "fp8", "--input", str(tmp_path / "absent.jsonl"))
+    r = ckv(sub, "--model", MODEL, "--compute-dtype", "fp8", *absent_input(sub, tmp_path))
     assert_one_line_usage_error(r, "--compute-dtype", "fp8")
 
 
@@ -61,7 +67,7 @@ def test_unknown_compute_dtype_refused(sub, tmp_path):
 def test_bf16_refused_without_onednn(sub, engine, tmp_path):
     if engine != "eigen":
         pytest.skip("this build has oneDNN: bf16 runs")
-    r = ckv(sub, "--model", MODEL, "--compute-dtype", "bf16", "--input", str(tmp_path / "absent.jsonl"))
+    r = ckv(sub, "--model", MODEL, "--compute-dtype", "bf16", *absent_input(sub, tmp_path))
     assert_one_line_usage_error(r, "--compute-dtype", "bf16", "oneDNN")
 
 
