@@ -43,9 +43,9 @@ void run_bound(BoundOptions& o, const GlobalOptions& g) {
 
 void register_bound(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<BoundOptions>();
-  CLI::App* cmd = app.add_subcommand("bound", "Actual eviction perturbation beside the CriticalKV bounds, per method/budget/layer/head");
-  add_model_options(*cmd, g);
-  add_compute_option(*cmd, g);
+  CLI::App* cmd = add_forward_subcommand(
+      app, g, "bound",
+      "Actual eviction perturbation beside the CriticalKV bounds, per method/budget/layer/head");
   add_analysis_options(*cmd, o->a, /*alpha=*/true);
   cmd->add_option("--methods", o->methods,
                   "Comma list of " + known_methods() + ", e.g. criticalkv(adakv(snapkv))")->capture_default_str();

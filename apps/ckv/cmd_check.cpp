@@ -68,9 +68,8 @@ void run_check(CheckOptions& o, const GlobalOptions& g) {
 void register_check(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<CheckOptions>();
   o->a.out = "check";
-  CLI::App* cmd = app.add_subcommand("check", "Assumption 3.4 per head: stage-1 attention mass S1 >= 1/2");
-  add_model_options(*cmd, g);
-  add_compute_option(*cmd, g);
+  CLI::App* cmd = add_forward_subcommand(
+      app, g, "check", "Assumption 3.4 per head: stage-1 attention mass S1 >= 1/2");
   add_analysis_options(*cmd, o->a, /*alpha=*/false);
   cmd->add_option("--alpha", o->alphas, "Stage-1 share(s) of the budget in (0, 1], a comma list for a sweep")
       ->capture_default_str();

@@ -202,9 +202,8 @@ void run_dump(const DumpOptions& o, const GlobalOptions& g, bool window_given) {
 
 void register_dump(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<DumpOptions>();
-  CLI::App* cmd = app.add_subcommand("dump", "Record per-layer, per-head Q/K/V, attention and nu to HDF5");
-  add_model_options(*cmd, g);
-  add_compute_option(*cmd, g);
+  CLI::App* cmd = add_forward_subcommand(
+      app, g, "dump", "Record per-layer, per-head Q/K/V, attention and nu to HDF5");
   add_prompt_options(*cmd, o->input.prompt);
   add_jsonl_option(*cmd, o->input, "Path of a JSONL batch: {id, context, question, answer, spans} per line");
   cmd->add_option("-o,--out", o->out, "Output HDF5 file")->capture_default_str();

@@ -123,9 +123,8 @@ void run_eval(EvalOptions& o, const GlobalOptions& g) {
 
 void register_eval(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<EvalOptions>();
-  CLI::App* cmd = app.add_subcommand("eval", "Answers under eviction with a KV cache, scored, beside the perturbation");
-  add_model_options(*cmd, g);
-  add_compute_option(*cmd, g);
+  CLI::App* cmd = add_forward_subcommand(
+      app, g, "eval", "Answers under eviction with a KV cache, scored, beside the perturbation");
   cmd->add_option("-i,--input", o->input.jsonl, "Path of a JSONL batch: {id, context, question, answer(s), task} per line")
       ->required()->check(CLI::ExistingFile);
   cmd->add_option("--methods", o->methods, "Selection methods, a comma list as `ckv bound --methods`")->capture_default_str();

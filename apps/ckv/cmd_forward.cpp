@@ -232,10 +232,9 @@ void run_forward(const ForwardCmdOptions& o, const GlobalOptions& g) {
 
 void register_forward(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<ForwardCmdOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "forward", "Run the model over a prompt: greedy next tokens and per-layer statistics");
-  add_model_options(*cmd, g);
-  add_compute_option(*cmd, g);
+  CLI::App* cmd = add_forward_subcommand(
+      app, g, "forward",
+      "Run the model over a prompt: greedy next tokens and per-layer statistics");
   add_prompt_options(*cmd, o->input);
   cmd->add_option("-n,--generate,--max-new-tokens", o->generate,
                   "Greedy tokens to generate over the KV cache, a count >= 0 (stops earlier at EOS or a --stop string)")

@@ -157,9 +157,8 @@ void run_mask(MaskOptions& o, const GlobalOptions& g) {
 
 void register_mask(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<MaskOptions>();
-  CLI::App* cmd = app.add_subcommand("mask", "Propagated eviction by -inf logit masking, with placebo spans");
-  add_model_options(*cmd, g);
-  add_compute_option(*cmd, g);
+  CLI::App* cmd = add_forward_subcommand(
+      app, g, "mask", "Propagated eviction by -inf logit masking, with placebo spans");
   add_prompt_options(*cmd, o->input.prompt);
   add_jsonl_option(*cmd, o->input, "Path of a JSONL batch: {id, context, question, answer, spans} per line");
   cmd->add_option("--question", o->input.question, "Question text after --prompt (positions >= c)");

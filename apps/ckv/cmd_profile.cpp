@@ -61,10 +61,9 @@ void run_profile(const ProfileOptions& o, const GlobalOptions& g) {
 
 void register_profile(CLI::App& app, GlobalOptions& g) {
   auto o = std::make_shared<ProfileOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "profile", "HeadKV head profile: each head's retrieval score on `ckv niah` records (JSON for --headkv-profile)");
-  add_model_options(*cmd, g);
-  add_compute_option(*cmd, g);
+  CLI::App* cmd = add_forward_subcommand(
+      app, g, "profile",
+      "HeadKV head profile: each head's retrieval score on `ckv niah` records (JSON for --headkv-profile)");
   cmd->add_option("-i,--input", o->input, "JSONL records with \"answer\" and the needle span (`ckv niah`)")->required();
   cmd->add_option("--span", o->span, "The record span that holds the answer (the needle)")->capture_default_str();
   cmd->add_flag("--no-answer-space", o->no_answer_space, "Encode the answer without a leading space");

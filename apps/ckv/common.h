@@ -45,6 +45,10 @@ void add_device_option(CLI::App& cmd, GlobalOptions& g);
 std::optional<std::pair<Device, int>> parse_device(const std::string& value);
 // --compute-dtype f32|bf16, on every subcommand that runs the forward pass.
 void add_compute_option(CLI::App& cmd, GlobalOptions& g);
+// A subcommand that runs the forward pass (bound, check, dump, eval, forward, mask, profile):
+// registered on `app` with its model, device, threads and compute-dtype flags.
+CLI::App* add_forward_subcommand(CLI::App& app, GlobalOptions& g, const std::string& name,
+                                 const std::string& help);
 
 // The command line: global flags and every subcommand registered on `app`, with `g` bound
 // to the global options (it must outlive `app`). app.parse() then runs the subcommand.

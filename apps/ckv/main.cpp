@@ -119,6 +119,14 @@ void add_model_options(CLI::App& cmd, GlobalOptions& g, bool device) {
       ->check(in_range(0, 1 << 20));
 }
 
+CLI::App* add_forward_subcommand(CLI::App& app, GlobalOptions& g, const std::string& name,
+                                 const std::string& help) {
+  CLI::App* cmd = app.add_subcommand(name, help);
+  add_model_options(*cmd, g);
+  add_compute_option(*cmd, g);
+  return cmd;
+}
+
 // Prints the error as one line (messages from libraries such as HDF5 may carry newlines)
 // and returns the exit code. By now the exception has unwound every open file: a failed
 // run leaves at most its .partial file, for --resume.
