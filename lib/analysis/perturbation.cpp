@@ -80,6 +80,37 @@ HeadEval::HeadEval(const HeadTensors& t, const MatrixD& attn, std::vector<int64_
   }
 }
 
+namespace {
+
+// The stage-2 readings of nu_min (NuMinReading) of one selection: the smallest nu of the
+// context entries outside stage 1 (the same for every query: all see the whole context), and
+// the stage-1 and question part of S and of Σ N A nu, which Stage2Partial keeps exact.
+struct Stage2Readings {
+  Eigen::VectorXd stage1_value, stage1_value_l2;  // [n_query]
+  double cand_min = std::numeric_limits<double>::infinity(), cand_min_l2 = cand_min;
+};
+
+Stage2Readings stage2_readings(std::span<const int64_t> stage1, const MatrixD& attn_t, const HeadTensors& t,
+                               int64_t c, const Eigen::VectorXd& q_value, const Eigen::VectorXd& q_value_l2,
+                               std::vector<char>& in_stage1) {
+  Stage2Readings r{q_value, q_value_l2};
+  std::fill(in_stage1.begin(), in_stage1.end(), 0);
+  for (int64_t i : stage1) {
+    if (i >= c) continue;
+    in_stage1[static_cast<size_t>(i)] = 1;
+    r.stage1_value += attn_t.row(i).transpose() * static_cast<double>(t.nu_l1[static_cast<size_t>(i)]);
+    r.stage1_value_l2 += attn_t.row(i).transpose() * static_cast<double>(t.nu_l2[static_cast<size_t>(i)]);
+  }
+  for (int64_t i = 0; i < c; ++i)
+    if (!in_stage1[static_cast<size_t>(i)]) {
+      r.cand_min = std::min(r.cand_min, static_cast<double>(t.nu_l1[static_cast<size_t>(i)]));
+      r.cand_min_l2 = std::min(r.cand_min_l2, static_cast<double>(t.nu_l2[static_cast<size_t>(i)]));
+    }
+  return r;
+}
+
+}  // namespace
+
 void HeadEval::metrics(std::span<const HeadSelection> selections) const {
   const int64_t nq = n_query(), d = t_.d_head, n_sel = static_cast<int64_t>(selections.size());
   MatrixD u(n_sel * nq, d);  // [selection, n_query, d_head] (A - A') V
@@ -105,23 +136,9 @@ void HeadEval::metrics(std::span<const HeadSelection> selections) const {
     for (int64_t i : sel.stage1) stage1_mass += attn_t_.row(i).transpose();
     const Eigen::VectorXd kept_value = ak.transpose() * nk1 + q_value_;
     const Eigen::VectorXd kept_value_l2 = ak.transpose() * nk2 + q_value_l2_;
-    // The stage-2 readings of nu_min (NuMinReading): the smallest nu of the context entries
-    // outside stage 1 (the same for every query: all see the whole context), and the stage-1
-    // and question part of S and of Σ N A nu, which Stage2Partial keeps exact.
-    std::fill(in_stage1.begin(), in_stage1.end(), 0);
-    Eigen::VectorXd stage1_value = q_value_, stage1_value_l2 = q_value_l2_;  // [n_query]
-    for (int64_t i : sel.stage1) {
-      if (i >= c_) continue;
-      in_stage1[static_cast<size_t>(i)] = 1;
-      stage1_value += attn_t_.row(i).transpose() * static_cast<double>(t_.nu_l1[static_cast<size_t>(i)]);
-      stage1_value_l2 += attn_t_.row(i).transpose() * static_cast<double>(t_.nu_l2[static_cast<size_t>(i)]);
-    }
-    double cand_min = std::numeric_limits<double>::infinity(), cand_min_l2 = cand_min;
-    for (int64_t i = 0; i < c_; ++i)
-      if (!in_stage1[static_cast<size_t>(i)]) {
-        cand_min = std::min(cand_min, static_cast<double>(t_.nu_l1[static_cast<size_t>(i)]));
-        cand_min_l2 = std::min(cand_min_l2, static_cast<double>(t_.nu_l2[static_cast<size_t>(i)]));
-      }
+    const Stage2Readings r2 = stage2_readings(sel.stage1, attn_t_, t_, c_, q_value_, q_value_l2_, in_stage1);
+    const Eigen::VectorXd &stage1_value = r2.stage1_value, &stage1_value_l2 = r2.stage1_value_l2;
+    const double cand_min = r2.cand_min, cand_min_l2 = r2.cand_min_l2;
     // u = (A - A') V = A V - (N ⊙ A) V / S; nothing kept leaves o' = 0.
     auto us = u.middleRows(si * nq, nq);
     us.noalias() = ak.transpose() * vk;

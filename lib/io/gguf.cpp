@@ -235,6 +235,93 @@ GgufValue read_value(Cursor& c, uint32_t type, const std::string& key) {
   }
 }
 
+// One tensor info: name, dims (innermost first in the file), ggml type and offset relative to
+// the data section (into `relative_offset`); the element count, the type, the row's whole
+// blocks and the offset's alignment checked.
+TensorInfo read_tensor_info(Cursor& c, const std::string& path, uint64_t alignment, uint64_t& relative_offset) {
+  TensorInfo t;
+  t.name = c.read_string("tensor name");
+  const auto n_dims = c.read<uint32_t>(t.name + " n_dims");
+  if (n_dims > kMaxDims) {
+    fail<FormatError>("{}: tensor '{}' has {} dimensions (at most {})", path, t.name, n_dims,
+                      kMaxDims);
+  }
+  std::vector<int64_t> dims(n_dims);
+  int64_t numel = 1;
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    const auto dim = c.read<uint64_t>(t.name + " dims");
+    if (dim > static_cast<uint64_t>(INT64_MAX) ||
+        (dim != 0 && numel > INT64_MAX / static_cast<int64_t>(dim))) {
+      fail<FormatError>("{}: tensor '{}': element count overflows", path, t.name);
+    }
+    dims[d] = static_cast<int64_t>(dim);
+    numel *= dims[d];
+  }
+  const auto type_id = c.read<uint32_t>(t.name + " type");
+  const std::optional<DType> dtype = dtype_from_ggml(type_id);
+  if (!dtype) {
+    const std::string_view name = ggml_type_name(type_id);
+    if (name.empty()) {
+      fail<FormatError>("{}: tensor '{}' has unknown ggml type id {}", path, t.name, type_id);
+    }
+    fail<UnsupportedError>(
+        "{}: tensor '{}' has ggml type {} ({}), which ckv does not support ({})", path, t.name,
+        type_id, name, supported_type_names());
+  }
+  t.dtype = *dtype;
+  const int64_t row = n_dims == 0 ? 1 : dims[0];
+  if (row % block_elements(t.dtype) != 0) {
+    fail<FormatError>("{}: tensor '{}': row of {} elements is not a whole number of {} blocks",
+                      path, t.name, row, dtype_name(t.dtype));
+  }
+  try {
+    t.nbytes = storage_bytes(t.dtype, numel);
+  } catch (const FormatError& e) {
+    fail<FormatError>("{}: tensor '{}': {}", path, t.name, e.what());
+  }
+  t.shape.assign(dims.rbegin(), dims.rend());
+  relative_offset = c.read<uint64_t>(t.name + " offset");
+  if (relative_offset % alignment != 0) {
+    fail<FormatError>("{}: tensor '{}': offset {} is not a multiple of the alignment {}", path,
+                      t.name, relative_offset, alignment);
+  }
+  return t;
+}
+
+// Places the tensors in the data section, which starts at the next multiple of the alignment
+// after the infos (byte `end_of_infos`): each inside the file, no two sharing a byte.
+void place_tensors(std::vector<TensorInfo>& tensors, const std::vector<uint64_t>& relative_offsets,
+                   uint64_t end_of_infos, uint64_t alignment, uint64_t file_size, const std::string& path) {
+  const uint64_t data_start = end_of_infos + (alignment - end_of_infos % alignment) % alignment;
+  if (data_start < end_of_infos || (!tensors.empty() && data_start > file_size)) {
+    fail<FormatError>("{}: data section at byte {} starts past the end of the file ({} bytes)",
+                      path, data_start, file_size);
+  }
+  const uint64_t data_size = !tensors.empty() ? file_size - data_start : 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TensorInfo& t = tensors[i];
+    if (relative_offsets[i] > data_size || t.nbytes > data_size - relative_offsets[i]) {
+      fail<FormatError>(
+          "{}: tensor '{}': {} bytes at data offset {} run past the end of the "
+          "file (data section holds {} bytes)",
+          path, t.name, t.nbytes, relative_offsets[i], data_size);
+    }
+    t.offset = data_start + relative_offsets[i];
+  }
+  // Tensors may not share bytes: sort by offset and compare neighbours.
+  std::vector<const TensorInfo*> by_offset;
+  by_offset.reserve(tensors.size());
+  for (const TensorInfo& t : tensors) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const TensorInfo* x, const TensorInfo* y) { return x->offset < y->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorInfo& prev = *by_offset[i - 1];
+    if (prev.offset + prev.nbytes > by_offset[i]->offset) {
+      fail<FormatError>("{}: tensors '{}' and '{}' overlap", path, prev.name, by_offset[i]->name);
+    }
+  }
+}
+
 }  // namespace
 
 GgufFile::GgufFile(const std::filesystem::path& path) : file_(path) {
@@ -287,89 +374,15 @@ void GgufFile::parse() {
   tensors_.reserve(tensor_count);
   relative_offsets.reserve(tensor_count);
   for (uint64_t i = 0; i < tensor_count; ++i) {
-    TensorInfo t;
-    t.name = c.read_string("tensor name");
-    const auto n_dims = c.read<uint32_t>(t.name + " n_dims");
-    if (n_dims > kMaxDims) {
-      fail<FormatError>("{}: tensor '{}' has {} dimensions (at most {})", path, t.name, n_dims,
-                        kMaxDims);
-    }
-    std::vector<int64_t> dims(n_dims);
-    int64_t numel = 1;
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      const auto dim = c.read<uint64_t>(t.name + " dims");
-      if (dim > static_cast<uint64_t>(INT64_MAX) ||
-          (dim != 0 && numel > INT64_MAX / static_cast<int64_t>(dim))) {
-        fail<FormatError>("{}: tensor '{}': element count overflows", path, t.name);
-      }
-      dims[d] = static_cast<int64_t>(dim);
-      numel *= dims[d];
-    }
-    const auto type_id = c.read<uint32_t>(t.name + " type");
-    const std::optional<DType> dtype = dtype_from_ggml(type_id);
-    if (!dtype) {
-      const std::string_view name = ggml_type_name(type_id);
-      if (name.empty()) {
-        fail<FormatError>("{}: tensor '{}' has unknown ggml type id {}", path, t.name, type_id);
-      }
-      fail<UnsupportedError>(
-          "{}: tensor '{}' has ggml type {} ({}), which ckv does not support ({})", path, t.name,
-          type_id, name, supported_type_names());
-    }
-    t.dtype = *dtype;
-    const int64_t row = n_dims == 0 ? 1 : dims[0];
-    if (row % block_elements(t.dtype) != 0) {
-      fail<FormatError>("{}: tensor '{}': row of {} elements is not a whole number of {} blocks",
-                        path, t.name, row, dtype_name(t.dtype));
-    }
-    try {
-      t.nbytes = storage_bytes(t.dtype, numel);
-    } catch (const FormatError& e) {
-      fail<FormatError>("{}: tensor '{}': {}", path, t.name, e.what());
-    }
-    t.shape.assign(dims.rbegin(), dims.rend());
-    const auto offset = c.read<uint64_t>(t.name + " offset");
-    if (offset % alignment != 0) {
-      fail<FormatError>("{}: tensor '{}': offset {} is not a multiple of the alignment {}", path,
-                        t.name, offset, alignment);
-    }
+    uint64_t offset = 0;
+    TensorInfo t = read_tensor_info(c, path, alignment, offset);
     relative_offsets.push_back(offset);
     if (!index_.emplace(t.name, tensors_.size()).second) {
       fail<FormatError>("{}: tensor '{}' appears twice", path, t.name);
     }
     tensors_.push_back(std::move(t));
   }
-
-  // The data section starts at the next multiple of the alignment.
-  const uint64_t end_of_infos = c.pos();
-  const uint64_t data_start = end_of_infos + (alignment - end_of_infos % alignment) % alignment;
-  if (data_start < end_of_infos || (tensor_count > 0 && data_start > file_.size())) {
-    fail<FormatError>("{}: data section at byte {} starts past the end of the file ({} bytes)",
-                      path, data_start, file_.size());
-  }
-  const uint64_t data_size = tensor_count > 0 ? file_.size() - data_start : 0;
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    TensorInfo& t = tensors_[i];
-    if (relative_offsets[i] > data_size || t.nbytes > data_size - relative_offsets[i]) {
-      fail<FormatError>(
-          "{}: tensor '{}': {} bytes at data offset {} run past the end of the "
-          "file (data section holds {} bytes)",
-          path, t.name, t.nbytes, relative_offsets[i], data_size);
-    }
-    t.offset = data_start + relative_offsets[i];
-  }
-  // Tensors may not share bytes: sort by offset and compare neighbours.
-  std::vector<const TensorInfo*> by_offset;
-  by_offset.reserve(tensors_.size());
-  for (const TensorInfo& t : tensors_) by_offset.push_back(&t);
-  std::sort(by_offset.begin(), by_offset.end(),
-            [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
-  for (size_t i = 1; i < by_offset.size(); ++i) {
-    const TensorInfo& prev = *by_offset[i - 1];
-    if (prev.offset + prev.nbytes > by_offset[i]->offset) {
-      fail<FormatError>("{}: tensors '{}' and '{}' overlap", path, prev.name, by_offset[i]->name);
-    }
-  }
+  place_tensors(tensors_, relative_offsets, c.pos(), alignment, file_.size(), path);
 }
 
 const TensorInfo* GgufFile::find(std::string_view name) const {

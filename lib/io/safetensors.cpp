@@ -55,6 +55,55 @@ nlohmann::json parse_json(std::string_view text, const std::string& path, std::s
   return j;
 }
 
+// One tensor's header entry {"dtype", "shape", "data_offsets": [begin, end]}, with its
+// element count, its dtype and its byte span inside the buffer checked; `begin`/`end` are the
+// offsets in the buffer.
+TensorInfo read_tensor_entry(const std::string& name, const nlohmann::json& entry, const std::string& path,
+                             uint64_t buffer_size, uint64_t& begin, uint64_t& end) {
+  if (!entry.is_object()) fail<FormatError>("{}: tensor '{}' is not a JSON object", path, name);
+  const auto dtype_it = entry.find("dtype");
+  const auto shape_it = entry.find("shape");
+  const auto offsets_it = entry.find("data_offsets");
+  if (dtype_it == entry.end() || !dtype_it->is_string()) {
+    fail<FormatError>("{}: tensor '{}' has no dtype string", path, name);
+  }
+  if (shape_it == entry.end() || !shape_it->is_array()) {
+    fail<FormatError>("{}: tensor '{}' has no shape array", path, name);
+  }
+  if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2) {
+    fail<FormatError>("{}: tensor '{}' needs data_offsets [begin, end]", path, name);
+  }
+  TensorInfo t;
+  t.name = name;
+  const std::optional<DType> dtype = parse_dtype(dtype_it->get<std::string>(), path, name);
+  t.dtype = *dtype;
+  uint64_t numel = 1;
+  for (const auto& d : *shape_it) {
+    const uint64_t dim = unsigned_field(d, path, name, "shape");
+    if (dim > static_cast<uint64_t>(INT64_MAX) || (dim != 0 && numel > INT64_MAX / dim)) {
+      fail<FormatError>("{}: tensor '{}': shape {} overflows", path, name, shape_it->dump());
+    }
+    numel *= dim;
+    t.shape.push_back(static_cast<int64_t>(dim));
+  }
+  try {
+    t.nbytes = storage_bytes(t.dtype, static_cast<int64_t>(numel));
+  } catch (const FormatError& e) {
+    fail<FormatError>("{}: tensor '{}': {}", path, name, e.what());
+  }
+  begin = unsigned_field((*offsets_it)[0], path, name, "data_offsets");
+  end = unsigned_field((*offsets_it)[1], path, name, "data_offsets");
+  if (begin > end || end > buffer_size) {
+    fail<FormatError>("{}: tensor '{}': data_offsets [{}, {}] lie outside the {}-byte buffer",
+                      path, name, begin, end, buffer_size);
+  }
+  if (end - begin != t.nbytes) {
+    fail<FormatError>("{}: tensor '{}': data_offsets span {} bytes, but {} {} elements need {}",
+                      path, name, end - begin, numel, dtype_name(t.dtype), t.nbytes);
+  }
+  return t;
+}
+
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : file_(path) {
@@ -102,47 +151,8 @@ void SafetensorsFile::parse() {
       }
       continue;
     }
-    if (!entry.is_object()) fail<FormatError>("{}: tensor '{}' is not a JSON object", path, name);
-    const auto dtype_it = entry.find("dtype");
-    const auto shape_it = entry.find("shape");
-    const auto offsets_it = entry.find("data_offsets");
-    if (dtype_it == entry.end() || !dtype_it->is_string()) {
-      fail<FormatError>("{}: tensor '{}' has no dtype string", path, name);
-    }
-    if (shape_it == entry.end() || !shape_it->is_array()) {
-      fail<FormatError>("{}: tensor '{}' has no shape array", path, name);
-    }
-    if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2) {
-      fail<FormatError>("{}: tensor '{}' needs data_offsets [begin, end]", path, name);
-    }
-    TensorInfo t;
-    t.name = name;
-    const std::optional<DType> dtype = parse_dtype(dtype_it->get<std::string>(), path, name);
-    t.dtype = *dtype;
-    uint64_t numel = 1;
-    for (const auto& d : *shape_it) {
-      const uint64_t dim = unsigned_field(d, path, name, "shape");
-      if (dim > static_cast<uint64_t>(INT64_MAX) || (dim != 0 && numel > INT64_MAX / dim)) {
-        fail<FormatError>("{}: tensor '{}': shape {} overflows", path, name, shape_it->dump());
-      }
-      numel *= dim;
-      t.shape.push_back(static_cast<int64_t>(dim));
-    }
-    try {
-      t.nbytes = storage_bytes(t.dtype, static_cast<int64_t>(numel));
-    } catch (const FormatError& e) {
-      fail<FormatError>("{}: tensor '{}': {}", path, name, e.what());
-    }
-    const uint64_t begin = unsigned_field((*offsets_it)[0], path, name, "data_offsets");
-    const uint64_t end = unsigned_field((*offsets_it)[1], path, name, "data_offsets");
-    if (begin > end || end > buffer_size) {
-      fail<FormatError>("{}: tensor '{}': data_offsets [{}, {}] lie outside the {}-byte buffer",
-                        path, name, begin, end, buffer_size);
-    }
-    if (end - begin != t.nbytes) {
-      fail<FormatError>("{}: tensor '{}': data_offsets span {} bytes, but {} {} elements need {}",
-                        path, name, end - begin, numel, dtype_name(t.dtype), t.nbytes);
-    }
+    uint64_t begin = 0, end = 0;
+    TensorInfo t = read_tensor_entry(name, entry, path, buffer_size, begin, end);
     t.offset = buffer_start + begin;
     ranges.push_back({begin, end, tensors_.size()});
     index_.emplace(t.name, tensors_.size());

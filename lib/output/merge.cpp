@@ -169,6 +169,28 @@ void check_merge_paths(const std::vector<fs::path>& outputs, const std::vector<f
 }
 
 namespace {
+// InputError unless every shard is of the first one's job: the same root attributes
+// (kSameAttrs) and the same command beyond the shard and output flags.
+void check_same_job(const std::vector<ShardFile>& shards) {
+  const ShardFile& first = shards.front();
+  if (!first.file.has_attr("input_records"))
+    fail<InputError>("{}: has no input_records attribute (written before sharding support): cannot "
+                     "check that the shards are complete", first.path.string());
+  const std::vector<std::string> command = shard_invariant_command(first.file.attr_string("command_line"));
+  for (const ShardFile& s : shards) {
+    for (const char* name : kSameAttrs) {
+      if (attr_text(s.file, name) != attr_text(first.file, name))
+        fail<InputError>("{}: does not belong with {}: {} differs ({} vs {})", s.path.string(),
+                         first.path.string(), name, attr_text(s.file, name), attr_text(first.file, name));
+    }
+    const std::vector<std::string> c = shard_invariant_command(s.file.attr_string("command_line"));
+    if (c != command)
+      fail<InputError>("{}: does not belong with {}: the command differs (beyond shard and output flags): "
+                       "'{}' vs '{}'", s.path.string(), first.path.string(), fmt::join(c, " "),
+                       fmt::join(command, " "));
+  }
+}
+
 // Writes the merged file's contents and closes it.
 void write_merged(h5::File& dst, const std::vector<ShardFile>& shards,
                   const std::map<int64_t, std::vector<size_t>>& holders, const MergeOptions& options,
@@ -191,22 +213,7 @@ MergeReport merge_shards(const fs::path& out, const std::vector<fs::path>& paths
     shards.push_back(std::move(s));
   }
   const ShardFile& first = shards.front();
-  if (!first.file.has_attr("input_records"))
-    fail<InputError>("{}: has no input_records attribute (written before sharding support): cannot "
-                     "check that the shards are complete", first.path.string());
-  const std::vector<std::string> command = shard_invariant_command(first.file.attr_string("command_line"));
-  for (const ShardFile& s : shards) {
-    for (const char* name : kSameAttrs) {
-      if (attr_text(s.file, name) != attr_text(first.file, name))
-        fail<InputError>("{}: does not belong with {}: {} differs ({} vs {})", s.path.string(),
-                         first.path.string(), name, attr_text(s.file, name), attr_text(first.file, name));
-    }
-    const std::vector<std::string> c = shard_invariant_command(s.file.attr_string("command_line"));
-    if (c != command)
-      fail<InputError>("{}: does not belong with {}: the command differs (beyond shard and output flags): "
-                       "'{}' vs '{}'", s.path.string(), first.path.string(), fmt::join(c, " "),
-                       fmt::join(command, " "));
-  }
+  check_same_job(shards);
 
   MergeReport report;
   report.schema = first.file.attr_string("schema");
