@@ -84,8 +84,9 @@ const std::vector<SelectionParam>& table() {
       count("defensive_kernel", "--defensive-kernel", &P::defensive_kernel, odd_in(1, kMaxKernel),
             "defensivekv: average-pooling kernel, an odd count (the official press: 5)"),
       choice<&P::defensive_share>("defensive_share", "--defensive-share", {"before-window", "window"},
-                                  "defensivekv: window share subtracted from stage 1's 0.9 mass: before-window "
-                                  "(official code: the w positions before the window) or window (the window itself)"),
+                                  "defensivekv: window share subtracted from stage 1's mass (--defensive-mass): "
+                                  "before-window (official code: the w positions before the window) or window "
+                                  "(the window itself)"),
       choice<&P::defensive_nu>("defensive_nu", "--defensive-nu", {"heads", "positions"},
                                "defensivekv: value-norm normalisation: heads (official code: across KV heads per "
                                "position) or positions (across each KV head's positions)"),
