@@ -195,6 +195,13 @@ def test_eval_equals_ckv_eval(model, tmp_path):
         model.eval(record, methods, budgets, max_new_tokens=2, track_steps=3)
     with pytest.raises(ckv.UsageError, match="unknown setting 'windw'"):
         model.eval(record, methods, budgets, windw=3)
+    # A method that reads a file names the keyword of its path; a missing file is one error.
+    with pytest.raises(ckv.UsageError, match=r"methods: headkv needs headkv_profile="):
+        model.eval(record, ["headkv"], budgets)
+    with pytest.raises(ckv.UsageError, match=r"methods: duoattention needs duo_pattern="):
+        model.eval(record, ["duoattention"], budgets)
+    with pytest.raises(ckv.IoError, match="absent_profile.json"):
+        model.eval(record, ["headkv"], budgets, headkv_profile=str(tmp_path / "absent_profile.json"))
 
 
 def test_each_layer_rotates_by_its_own_rope_frequencies():
