@@ -177,9 +177,9 @@ TEST(BoundCli, PercentBudgetsAreShownAsGiven) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.find("2000%"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("       20%"), std::string::npos) << r.out;
-  const std::string json = file_text(out + ".json");
-  EXPECT_NE(json.find("\"budget\": \"20%\""), std::string::npos) << json;
-  EXPECT_NE(json.find("\"fraction\": 0.2"), std::string::npos) << json;
+  const std::string summary = file_text(out + ".json");
+  EXPECT_NE(summary.find("\"budget\": \"20%\""), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"fraction\": 0.2"), std::string::npos) << summary;
 }
 
 // A damaged or hostile /model of a dump analysed without --model: one line naming it.

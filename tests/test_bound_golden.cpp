@@ -20,21 +20,22 @@
 namespace ckv {
 namespace {
 
-const std::filesystem::path kGolden = std::filesystem::path(CKV_TEST_DATA_DIR) / "kvpress/selection_v1.h5";
+const std::filesystem::path kSelectionGolden =
+    std::filesystem::path(CKV_TEST_DATA_DIR) / "kvpress/selection_v1.h5";
 
 Tensor read_tensor(const h5::Group& g, const std::string& name) {
   const h5::Dataset ds = g.open_dataset(name);
   return Tensor(ds.shape(), ds.read<float>());
 }
 
-struct Case {
+struct GoldenCase {
   Tensor q, k, v, wo;
   ValueNorms nu;
   LayerRequest request;
 };
 
-Case load_case(const h5::Group& g) {
-  Case c;
+GoldenCase load_case(const h5::Group& g) {
+  GoldenCase c;
   c.q = read_tensor(g, "q");
   c.k = read_tensor(g, "k");
   c.v = read_tensor(g, "v");
@@ -62,13 +63,13 @@ void expect_scores(const ScoreMatrix& ours, const h5::Dataset& ds, const std::st
 }
 
 TEST(BoundGolden, SelectionsMatchKvpress) {
-  h5::File f = h5::File::open_read(kGolden);
+  h5::File f = h5::File::open_read(kSelectionGolden);
   ASSERT_EQ(f.attr_int("format_version"), 1);
   const h5::Group cases = f.open_group("cases");
   int compared = 0;
   for (const std::string& name : cases.children()) {
     const h5::Group g = cases.open_group(name);
-    Case c = load_case(g);
+    GoldenCase c = load_case(g);
     LayerTensors t{&c.q, &c.k, &c.v, &c.wo, &c.nu.l1, &c.nu.l2};
     const SelectionInputs in = selection_inputs(t, c.request, true, false);
     expect_scores(in.snapkv, g.open_dataset("snapkv_scores"), name + " snapkv scores");
@@ -171,7 +172,7 @@ TEST(BoundGolden, KeyScorerSelectionsMatchKvpress) {
 }
 
 TEST(BoundGolden, MetricsMatchNumpy) {
-  h5::File f = h5::File::open_read(kGolden);
+  h5::File f = h5::File::open_read(kSelectionGolden);
   const h5::Group all = f.open_group("perturb");
   int compared = 0;
   for (const std::string& name : all.children()) {

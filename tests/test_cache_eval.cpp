@@ -51,15 +51,15 @@ bool model_present(const std::string& name) {
 using test::random_tokens;
 using test::relative_error;
 
-struct Case {
+struct CacheCase {
   std::string model;
   int64_t context, question;
 };
 
-class CacheEval : public ::testing::TestWithParam<Case> {};
+class CacheEval : public ::testing::TestWithParam<CacheCase> {};
 
 TEST_P(CacheEval, FirstTokenEqualsMaskAndPerturbationEqualsBound) {
-  const Case& k = GetParam();
+  const CacheCase& k = GetParam();
   if (!model_present(k.model)) GTEST_SKIP() << "default model absent";
   const Model& model = model_named(k.model);
   const ModelConfig& cf = model.config;
@@ -144,11 +144,12 @@ TEST_P(CacheEval, FirstTokenEqualsMaskAndPerturbationEqualsBound) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CacheEval,
-                         ::testing::Values(Case{"tiny_llama_gqa", 48, 6}, Case{"tiny_qwen2_bias", 40, 5},
-                                           // layers 1-3 slide (window 12): eviction among the 11 held entries
-                                           Case{"tiny_qwen2_swa", 40, 5}, Case{"default", 160, 12}),
-                         [](const ::testing::TestParamInfo<Case>& p) { return p.param.model; });
+INSTANTIATE_TEST_SUITE_P(
+    Models, CacheEval,
+    ::testing::Values(CacheCase{"tiny_llama_gqa", 48, 6}, CacheCase{"tiny_qwen2_bias", 40, 5},
+                      // layers 1-3 slide (window 12): eviction among the 11 held entries
+                      CacheCase{"tiny_qwen2_swa", 40, 5}, CacheCase{"default", 160, 12}),
+    [](const ::testing::TestParamInfo<CacheCase>& p) { return p.param.model; });
 
 // --compress prompt: the whole prompt is evictable; the first row that reads the compressed
 // cache is the first decoded token's, equal to a pass over prompt + that token with the

@@ -34,7 +34,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kGolden = fs::path(CKV_TEST_DATA_DIR) / "kvpress/eval_v1.h5";
+const fs::path kEvalGolden = fs::path(CKV_TEST_DATA_DIR) / "kvpress/eval_v1.h5";
 const fs::path kModel = fs::path(CKV_SOURCE_DIR) / "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 // The records CI checks: two of each haystack (records 0-6 noise 512 tokens, 7-13 gpl2 640,
@@ -67,7 +67,7 @@ struct Golden {
 };
 
 Golden read_golden() {
-  const h5::File f = h5::File::open_read(kGolden);
+  const h5::File f = h5::File::open_read(kEvalGolden);
   EXPECT_EQ(f.attr_int("format_version"), 1);
   Golden g;
   CacheEvalSettings& s = g.settings;

@@ -16,17 +16,12 @@
 #include "io/gguf.h"
 #include "io/weight_matrix.h"
 #include "model/config.h"
+#include "test_util.h"
 
 namespace {
 
-const std::filesystem::path kDir = std::filesystem::path(CKV_TEST_DATA_DIR) / "loaders";
 const std::filesystem::path kDefaultModel =
     std::filesystem::path(CKV_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-std::vector<uint8_t> read_bytes(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 
 // Writes GGUF bytes field by field, so each test can corrupt exactly one thing.
 struct Builder {
@@ -104,7 +99,7 @@ TEST(Gguf, CraftedValidFileParses) {
 
 TEST(Gguf, DefaultModelMatchesGgufPackage) {
   if (!std::filesystem::exists(kDefaultModel)) GTEST_SKIP() << "default model not fetched";
-  std::ifstream f(kDir / "default_model_expected.json");
+  std::ifstream f(ckv::test::kLoadersDir / "default_model_expected.json");
   const nlohmann::json want = nlohmann::json::parse(f);
   ASSERT_EQ(want.at("format_version").get<int>(), 1);
   const ckv::GgufFile g(kDefaultModel);
@@ -138,7 +133,7 @@ TEST(Gguf, DefaultModelMatchesGgufPackage) {
 
 TEST(Gguf, UnsupportedTypeNamesTypeAndTensor) {
   try {
-    ckv::GgufFile g(kDir / "unsupported_type.gguf");
+    ckv::GgufFile g(ckv::test::kLoadersDir / "unsupported_type.gguf");
     ADD_FAILURE() << "no error";
   } catch (const ckv::UnsupportedError& e) {
     const std::string msg = e.what();
@@ -149,20 +144,22 @@ TEST(Gguf, UnsupportedTypeNamesTypeAndTensor) {
 }
 
 TEST(Gguf, MissingFile) {
-  EXPECT_THROW(ckv::GgufFile(kDir / "absent.gguf"), ckv::IoError);
+  EXPECT_THROW(ckv::GgufFile(ckv::test::kLoadersDir / "absent.gguf"), ckv::IoError);
 }
 
 TEST(Gguf, EveryTruncationIsAFormatError) {
   // A small file copied at each length, so a read past the end is a heap overflow that
   // sanitizers catch; and every prefix of a larger one, viewed in place.
-  const std::vector<uint8_t> small = read_bytes(kDir / "bad_arch.gguf");
+  const std::vector<uint8_t> small =
+      ckv::test::read_file_bytes(ckv::test::kLoadersDir / "bad_arch.gguf");
   ASSERT_GT(small.size(), 100u);
   for (size_t n = 0; n < small.size(); ++n) {
     const std::vector<uint8_t> prefix(small.begin(), small.begin() + static_cast<ptrdiff_t>(n));
     EXPECT_THROW(parse(prefix), ckv::FormatError) << "prefix of " << n << " bytes";
   }
   EXPECT_NO_THROW(parse(small));
-  const std::vector<uint8_t> big = read_bytes(kDir / "tiny_qwen2.gguf");
+  const std::vector<uint8_t> big =
+      ckv::test::read_file_bytes(ckv::test::kLoadersDir / "tiny_qwen2.gguf");
   for (size_t n = 0; n < big.size(); ++n) {
     const auto bytes = std::span<const uint8_t>(big.data(), n);
     EXPECT_THROW(ckv::GgufFile(ckv::MappedFile::from_memory(bytes, "t.gguf")), ckv::FormatError)

@@ -12,9 +12,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "io/h5.h"
 #include "hostile_util.h"
+#include "io/h5.h"
 #include "test_dump_util.h"
+#include "test_util.h"
 
 #include <hdf5.h>
 
@@ -208,15 +209,10 @@ AttrMessage find_attr_message(const std::string& bytes, const std::string& name)
   return {};
 }
 
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
 // A copy of `from` named `name` in its directory, with `value` written at `offset`.
 template <typename T>
 fs::path patched_copy(const fs::path& from, const std::string& name, size_t offset, T value) {
-  std::string bytes = read_bytes(from);
+  std::string bytes = ckv::test::read_file(from);
   EXPECT_LE(offset + sizeof value, bytes.size());
   std::memcpy(bytes.data() + offset, &value, sizeof value);
   const fs::path to = from.parent_path() / name;
@@ -250,7 +246,7 @@ TEST(HostileHeader, DamagedAttributeMessagesAreRefusedBeforeHdf5DecodesThem) {
     f.set_attr_double("rope_theta", 10000.0);
     f.close();
   }
-  const std::string bytes = read_bytes(good);
+  const std::string bytes = ckv::test::read_file(good);
   const AttrMessage schema = find_attr_message(bytes, "schema");
   const AttrMessage n_tokens = find_attr_message(bytes, "n_tokens");
   const AttrMessage complete = find_attr_message(bytes, "complete");
@@ -304,7 +300,8 @@ TEST(HostileHeader, RemovingAGroupChecksEverythingHdf5WouldDelete) {
     f.create_group("g/h").set_attr_int("n_tokens", 40);
     f.close();
   }
-  const fs::path bad = patched_copy<uint16_t>(good, "bad.h5", find_attr_message(read_bytes(good), "n_tokens").start + 2, 9995);
+  const fs::path bad = patched_copy<uint16_t>(
+      good, "bad.h5", find_attr_message(ckv::test::read_file(good), "n_tokens").start + 2, 9995);
   h5::File f = h5::File::open_rw(bad);
   try {
     f.remove("g");
@@ -327,7 +324,7 @@ TEST(HostileHeader, GroupsWithALocalHeapOutsideTheFileAreRefused) {
   const fs::path dir = scratch_dir("hostile_header_stab");
   const fs::path dump = dir / "d.h5";
   ASSERT_EQ(run_ckv("-q dump --model " + kTiny + " --tokens " + tokens_file(dir, 12) + " --what q -o " + dump.string()).exit_code, 0);
-  const std::string bytes = read_bytes(dump);
+  const std::string bytes = ckv::test::read_file(dump);
   // The symbol table message of /records: type 0x11, 16 bytes, then B-tree and heap addresses.
   uint64_t records_heap = 0;
   size_t at = std::string::npos;
@@ -373,7 +370,7 @@ TEST(HostileHeader, Version2HeadersAndDenseAttributesAreChecked) {
     const h5::File f = h5::File::open_read(compact);
     EXPECT_EQ(f.attr_int("attr2"), 102);
   }
-  const std::string bytes = read_bytes(compact);
+  const std::string bytes = ckv::test::read_file(compact);
   const size_t ohdr = bytes.find("OHDR");
   ASSERT_NE(ohdr, std::string::npos);
   // A name byte changed: the chunk's checksum no longer matches (HDF5 checks it too, when
@@ -406,13 +403,13 @@ TEST(HostileHeader, Version2HeadersAndDenseAttributesAreChecked) {
   {
     const std::string long_prefix(60, 'n');
     const fs::path many = make("many.h5", 25, long_prefix);
-    const std::string m = read_bytes(many);
+    const std::string m = ckv::test::read_file(many);
     EXPECT_NE(m.find("FHIB"), std::string::npos);
     const h5::File f = h5::File::open_read(many);
     EXPECT_EQ(f.attr_names().size(), 25u);
     EXPECT_EQ(f.attr_int(long_prefix + "24"), 124);
   }
-  std::string heap = read_bytes(dense);
+  std::string heap = ckv::test::read_file(dense);
   const size_t frhp = heap.find("FRHP");
   const size_t fhdb = heap.find("FHDB");
   const size_t message = heap.find(std::string("attr7\0", 6), fhdb) - 9;  // version 3: 9 bytes before the name
@@ -450,7 +447,7 @@ TEST(HostileHeader, ReadersRefuseADamagedHeaderInOneLine) {
   const fs::path dir = scratch_dir("hostile_header_cli");
   const fs::path dump = dir / "d.h5";
   ASSERT_EQ(run_ckv("-q dump --model " + kTiny + " --tokens " + tokens_file(dir, 20) + " --what q,k,v -o " + dump.string()).exit_code, 0);
-  const std::string bytes = read_bytes(dump);
+  const std::string bytes = ckv::test::read_file(dump);
   const fs::path model = patched_copy<uint16_t>(dump, "model.h5", find_attr_message(bytes, "rope_theta").start + 2, 9995);
   const std::string needle = "model.h5:/model: damaged object header";
   expect_one_error_line(run_ckv("info " + model.string()), 1, needle);
@@ -464,11 +461,11 @@ TEST(HostileHeader, ReadersRefuseADamagedHeaderInOneLine) {
   expect_one_error_line(run_ckv("-q bound --model " + kTiny + " --window 8 --force -o " + (dir / "b").string() +
                                 " --dump " + root.string()),
                         1, "root.h5:/: damaged object header");
-  const std::string before = read_bytes(root);
+  const std::string before = ckv::test::read_file(root);
   expect_one_error_line(run_ckv("-q dump --model " + kTiny + " --tokens " + (dir / "ids.txt").string() +
                                 " --what q,k,v --resume -o " + root.string()),
                         1, "root.h5:/: damaged object header");
-  EXPECT_EQ(read_bytes(root), before);
+  EXPECT_EQ(ckv::test::read_file(root), before);
 }
 
 // fuzz_h5_merge: a shard whose hostname (copied into the merged file's merged_from JSON)

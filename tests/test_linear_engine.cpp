@@ -27,20 +27,17 @@
 #include "ops/linear.h"
 #include "ops/mlp.h"
 #include "random_blocks.h"
+#include "test_util.h"
 
 namespace ckv {
 namespace {
+
+using test::same_bits;
 
 namespace fs = std::filesystem;
 
 constexpr double kF32Unit = 0x1p-24;  // float32 unit roundoff
 constexpr double kBf16Unit = 0x1p-8;  // bfloat16 unit roundoff: 8 significant bits, nearest even
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float p, float q) {
-           return std::bit_cast<uint32_t>(p) == std::bit_cast<uint32_t>(q);
-         });
-}
 
 float to_bf16(float v) {
   return static_cast<float>(Eigen::bfloat16(v));

@@ -14,17 +14,14 @@
 #include "io/weight_matrix.h"
 #include "ops/linear.h"
 #include "random_blocks.h"
+#include "test_util.h"
 
 namespace ckv {
 namespace {
 
-constexpr double kUnit = 0x1p-24;  // float32 unit roundoff
+using test::same_bits;
 
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float p, float q) {
-           return std::bit_cast<uint32_t>(p) == std::bit_cast<uint32_t>(q);
-         });
-}
+constexpr double kUnit = 0x1p-24;  // float32 unit roundoff
 
 // Columns per dtype: not a multiple of 64 elements where the dtype allows it, so the
 // kernels' tails (a lone 32-element block, F32/F16/BF16 elements past the last 16) run.

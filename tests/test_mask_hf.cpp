@@ -31,7 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kGolden = fs::path(CKV_TEST_DATA_DIR) / "mask" / "hf_masks_v1.h5";
+const fs::path kHfMasksGolden = fs::path(CKV_TEST_DATA_DIR) / "mask" / "hf_masks_v1.h5";
 
 std::vector<int64_t> as_vector(const test::Array<int32_t>& a) { return {a.data.begin(), a.data.end()}; }
 
@@ -150,8 +150,8 @@ EvictionPlan off_by_one(EvictionPlan plan) {
 }
 
 TEST(MaskHf, MatchesTransformersEagerWithAdditiveMasks) {
-  if (!fs::exists(kGolden)) GTEST_SKIP() << kGolden << " not generated";
-  const test::GoldenFile g(kGolden);
+  if (!fs::exists(kHfMasksGolden)) GTEST_SKIP() << kHfMasksGolden << " not generated";
+  const test::GoldenFile g(kHfMasksGolden);
   ASSERT_EQ(g.attr_int("/", "format_version"), 1);
   const int64_t c = g.attr_int("/", "c");
   int checked = 0;

@@ -31,7 +31,8 @@
 namespace ckv {
 namespace {
 
-const std::filesystem::path kGolden = std::filesystem::path(CKV_TEST_DATA_DIR) / "kvpress/methods_v1.h5";
+const std::filesystem::path kMethodsGolden =
+    std::filesystem::path(CKV_TEST_DATA_DIR) / "kvpress/methods_v1.h5";
 
 Tensor read_tensor(const h5::Group& g, const std::string& name) {
   const h5::Dataset ds = g.open_dataset(name);
@@ -89,7 +90,7 @@ std::vector<Budget> budgets_of(const h5::Group& cg) {
 }
 
 TEST(MethodsGolden, DefensiveKvMatchesOfficialCode) {
-  h5::File f = h5::File::open_read(kGolden);
+  h5::File f = h5::File::open_read(kMethodsGolden);
   ASSERT_EQ(f.attr_int("format_version"), 1);
   const h5::Group cases = f.open_group("cases");
   int compared = 0, layer_global = 0;
@@ -167,7 +168,7 @@ TEST(MethodsGolden, DefensiveKvMatchesOfficialCode) {
 }
 
 TEST(MethodsGolden, DuoAttentionMatchesKvpress) {
-  h5::File f = h5::File::open_read(kGolden);
+  h5::File f = h5::File::open_read(kMethodsGolden);
   const h5::Group cases = f.open_group("cases");
   int compared = 0, streaming = 0;
   for (const std::string& name : cases.children()) {
@@ -200,7 +201,7 @@ TEST(MethodsGolden, DuoAttentionMatchesKvpress) {
 }
 
 TEST(MethodsGolden, PyramidKvMatchesKvpress) {
-  h5::File f = h5::File::open_read(kGolden);
+  h5::File f = h5::File::open_read(kMethodsGolden);
   const h5::Group cases = f.open_group("cases");
   int compared = 0, pyramid = 0;
   for (const std::string& name : cases.children()) {

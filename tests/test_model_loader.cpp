@@ -17,11 +17,11 @@
 #include "io/safetensors.h"
 #include "model/family.h"
 #include "model/model.h"
+#include "test_util.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kDir = fs::path(CKV_TEST_DATA_DIR) / "loaders";
 const fs::path kDefaultModel =
     fs::path(CKV_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -83,8 +83,9 @@ class ScratchDir {
   const fs::path& path() const { return path_; }
   // tiny_llama's weights with config.json edited by `edit`.
   void tiny_llama(const std::function<void(nlohmann::json&)>& edit) const {
-    fs::copy_file(kDir / "tiny_llama" / "model.safetensors", path_ / "model.safetensors");
-    nlohmann::json config = read_json(kDir / "tiny_llama" / "config.json");
+    fs::copy_file(ckv::test::kLoadersDir / "tiny_llama" / "model.safetensors",
+                  path_ / "model.safetensors");
+    nlohmann::json config = read_json(ckv::test::kLoadersDir / "tiny_llama" / "config.json");
     edit(config);
     std::ofstream(path_ / "config.json") << config.dump();
   }
@@ -111,8 +112,8 @@ void expect_load_error(const fs::path& path, const std::string& what) {
 }  // namespace
 
 TEST(ModelLoader, TinyLlamaGgufEqualsSafetensors) {
-  const ckv::Model hf = ckv::load_model(kDir / "tiny_llama");
-  const ckv::Model gg = ckv::load_model(kDir / "tiny_llama.gguf");
+  const ckv::Model hf = ckv::load_model(ckv::test::kLoadersDir / "tiny_llama");
+  const ckv::Model gg = ckv::load_model(ckv::test::kLoadersDir / "tiny_llama.gguf");
   for (const ckv::ModelConfig* c : {&hf.config, &gg.config}) {
     EXPECT_EQ(c->arch, ckv::Architecture::Llama);
     EXPECT_EQ(c->n_layer, 2);
@@ -135,7 +136,7 @@ TEST(ModelLoader, TinyLlamaGgufEqualsSafetensors) {
   EXPECT_TRUE(gg.config.attention_bias);  // the GGUF carries q/k/v biases
 
   // The file really is permuted, so equality below tests the un-permutation.
-  const ckv::GgufFile raw(kDir / "tiny_llama.gguf");
+  const ckv::GgufFile raw(ckv::test::kLoadersDir / "tiny_llama.gguf");
   const ckv::Tensor stored_q = raw.load_f32("blk.0.attn_q.weight");
   EXPECT_NE(0, std::memcmp(stored_q.data(), hf.weights.layers[0].wq.to_f32().data(), 4 * 32 * 32));
   // The GGUF q/k are views of the file with a row map, not float32 copies.
@@ -143,15 +144,16 @@ TEST(ModelLoader, TinyLlamaGgufEqualsSafetensors) {
   EXPECT_FALSE(hf.weights.layers[0].wq.has_row_map());
   expect_same_weights(hf.weights, gg.weights, /*biases=*/false);
 
-  const ckv::SafetensorsFile biases(kDir / "tiny_llama_biases.safetensors");
+  const ckv::SafetensorsFile biases(ckv::test::kLoadersDir / "tiny_llama_biases.safetensors");
   for (size_t l = 0; l < 2; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
     expect_bit_equal(gg.weights.layers[l].bq, biases.load_f32(p + "q_proj.bias"), "bq");
     expect_bit_equal(gg.weights.layers[l].bk, biases.load_f32(p + "k_proj.bias"), "bk");
     expect_bit_equal(gg.weights.layers[l].bv, biases.load_f32(p + "v_proj.bias"), "bv");
   }
-  const auto want_rope =
-      read_json(kDir / "manifest.json").at("tiny_llama_rope_freqs").get<std::vector<double>>();
+  const auto want_rope = read_json(ckv::test::kLoadersDir / "manifest.json")
+                             .at("tiny_llama_rope_freqs")
+                             .get<std::vector<double>>();
   ASSERT_EQ(gg.weights.rope_freq_factors.size(), want_rope.size());
   for (size_t i = 0; i < want_rope.size(); ++i) {
     EXPECT_EQ(gg.weights.rope_freq_factors[i], static_cast<float>(want_rope[i]));
@@ -164,8 +166,8 @@ TEST(ModelLoader, TinyLlamaGgufEqualsSafetensors) {
 }
 
 TEST(ModelLoader, TinyQwen2GgufEqualsShardedBf16) {
-  const ckv::Model hf = ckv::load_model(kDir / "tiny_qwen2");
-  const ckv::Model gg = ckv::load_model(kDir / "tiny_qwen2.gguf");
+  const ckv::Model hf = ckv::load_model(ckv::test::kLoadersDir / "tiny_qwen2");
+  const ckv::Model gg = ckv::load_model(ckv::test::kLoadersDir / "tiny_qwen2.gguf");
   for (const ckv::ModelConfig* c : {&hf.config, &gg.config}) {
     EXPECT_EQ(c->arch, ckv::Architecture::Qwen2);
     EXPECT_EQ(c->n_kv_head, 1);
@@ -178,12 +180,13 @@ TEST(ModelLoader, TinyQwen2GgufEqualsShardedBf16) {
   expect_same_weights(hf.weights, gg.weights, /*biases=*/true);
   EXPECT_EQ(hf.source.dtype_counts.at("BF16"), hf.source.tensor_count);
   // A file of the checkpoint stands for its directory.
-  EXPECT_EQ(ckv::load_model(kDir / "tiny_qwen2" / "config.json").source.path, kDir / "tiny_qwen2");
+  EXPECT_EQ(ckv::load_model(ckv::test::kLoadersDir / "tiny_qwen2" / "config.json").source.path,
+            ckv::test::kLoadersDir / "tiny_qwen2");
 }
 
 TEST(ModelLoader, DefaultModelQkMatchTransformers) {
   if (!fs::exists(kDefaultModel)) GTEST_SKIP() << "default model not fetched";
-  const nlohmann::json want = read_json(kDir / "default_model_expected.json");
+  const nlohmann::json want = read_json(ckv::test::kLoadersDir / "default_model_expected.json");
   const auto start = std::chrono::steady_clock::now();
   const ckv::Model m = ckv::load_model(kDefaultModel);
   const double seconds =
@@ -240,18 +243,18 @@ TEST(ModelLoader, TokenizerModelNoneMeansNoTokenizer) {
 }
 
 TEST(ModelLoader, MissingInputs) {
-  expect_load_error<ckv::IoError>(kDir / "absent.gguf", "no such file");
+  expect_load_error<ckv::IoError>(ckv::test::kLoadersDir / "absent.gguf", "no such file");
   ScratchDir empty;
   expect_load_error<ckv::FormatError>(empty.path(), "no config.json");
   ScratchDir no_weights;
   std::ofstream(no_weights.path() / "config.json")
-      << read_json(kDir / "tiny_llama" / "config.json").dump();
+      << read_json(ckv::test::kLoadersDir / "tiny_llama" / "config.json").dump();
   expect_load_error<ckv::FormatError>(no_weights.path(), "no model.safetensors");
 }
 
 TEST(ModelLoader, UnsupportedArchitecture) {
   expect_load_error<ckv::UnsupportedError>(
-      kDir / "bad_arch.gguf",
+      ckv::test::kLoadersDir / "bad_arch.gguf",
       "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3, phi3, qwen3moe, gemma3)");
   ScratchDir d;
   d.tiny_llama([](nlohmann::json& c) { c["model_type"] = "gemma2"; });
@@ -378,9 +381,9 @@ TEST(ModelLoader, ConfigAndShapeMismatches) {
 TEST(ModelLoader, DefaultModelPathFromEnvironment) {
   const char* old = std::getenv("CKV_MODEL");
   const std::string saved = old ? old : "";
-  ::setenv("CKV_MODEL", (kDir / "tiny_llama.gguf").c_str(), 1);
-  EXPECT_EQ(ckv::default_model_path(), kDir / "tiny_llama.gguf");
-  ::setenv("CKV_MODEL", (kDir / "absent.gguf").c_str(), 1);
+  ::setenv("CKV_MODEL", (ckv::test::kLoadersDir / "tiny_llama.gguf").c_str(), 1);
+  EXPECT_EQ(ckv::default_model_path(), ckv::test::kLoadersDir / "tiny_llama.gguf");
+  ::setenv("CKV_MODEL", (ckv::test::kLoadersDir / "absent.gguf").c_str(), 1);
   EXPECT_THROW(ckv::default_model_path(), ckv::InputError);
   if (old)
     ::setenv("CKV_MODEL", saved.c_str(), 1);

@@ -23,6 +23,7 @@
 #include "model/model.h"
 #include "ops/moe.h"
 #include "random_blocks.h"
+#include "test_util.h"
 
 namespace ckv {
 namespace {
@@ -230,14 +231,9 @@ namespace moe_files {
 namespace fs = std::filesystem;
 const fs::path kModels = fs::path(CKV_TEST_DATA_DIR) / "models";
 
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // tiny_qwen3moe.gguf with the uint32 value of metadata `key` replaced, written to `out`.
 fs::path with_u32(const std::string& key, uint32_t value, const fs::path& out) {
-  std::string b = read_bytes(kModels / "tiny_qwen3moe.gguf");
+  std::string b = ckv::test::read_file(kModels / "tiny_qwen3moe.gguf");
   const size_t at = b.find(key);
   EXPECT_NE(at, std::string::npos) << key;
   const size_t type_at = at + key.size();

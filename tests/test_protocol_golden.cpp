@@ -25,7 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kGolden = fs::path(CKV_TEST_DATA_DIR) / "protocol/protocol_v1.h5";
+const fs::path kProtocolGolden = fs::path(CKV_TEST_DATA_DIR) / "protocol/protocol_v1.h5";
 
 class ProtocolGolden : public ::testing::Test {
  protected:
@@ -41,7 +41,7 @@ std::string joined(const std::vector<std::string>& items) {
 }
 
 TEST_F(ProtocolGolden, EveryProtocolChoiceMatchesNumpy) {
-  const h5::File golden = h5::File::open_read(kGolden);
+  const h5::File golden = h5::File::open_read(kProtocolGolden);
   ASSERT_EQ(golden.attr_int("format_version"), 1);
   std::string tokens;
   for (int64_t t : golden.attr_ints("tokens")) tokens += std::to_string(t) + " ";
@@ -110,7 +110,7 @@ TEST_F(ProtocolGolden, EveryProtocolChoiceMatchesNumpy) {
 // snapkv the last b, criticalkv(snapkv) the last floor(b/2) in stage 1; --compress prompt
 // makes the question evictable and part of the window.
 TEST_F(ProtocolGolden, BelowWindowKeepsTheMostRecentEntries) {
-  const h5::File golden = h5::File::open_read(kGolden);
+  const h5::File golden = h5::File::open_read(kProtocolGolden);
   const std::vector<std::string> methods = golden.attr_strings("methods");
   const auto snap = std::find(methods.begin(), methods.end(), "snapkv") - methods.begin();
   const h5::Group g = golden.open_group("cases/question_context_all");

@@ -18,16 +18,11 @@
 #include "ops/context.h"
 #include "ops/linear.h"
 #include "random_blocks.h"
+#include "test_util.h"
 
 namespace {
 
 const std::filesystem::path kQuantDir = std::filesystem::path(CKV_TEST_DATA_DIR) / "quant";
-
-std::vector<uint8_t> read_bytes(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot open " + p.string());
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 
 ckv::DType dtype_of(const std::string& name) {
   for (const ckv::DTypeTraits& t : ckv::kDTypeTraits) {
@@ -66,8 +61,10 @@ TEST(Quant, BitEqualToGgufPackage) {
     const std::string name = e.at("type").get<std::string>();
     SCOPED_TRACE(name);
     const ckv::DType t = dtype_of(name);
-    const std::vector<uint8_t> in = read_bytes(kQuantDir / e.at("input").get<std::string>());
-    const std::vector<uint8_t> out = read_bytes(kQuantDir / e.at("output").get<std::string>());
+    const std::vector<uint8_t> in =
+        ckv::test::read_file_bytes(kQuantDir / e.at("input").get<std::string>());
+    const std::vector<uint8_t> out =
+        ckv::test::read_file_bytes(kQuantDir / e.at("output").get<std::string>());
     const auto n = e.at("elements").get<int64_t>();
     ASSERT_EQ(in.size(), ckv::storage_bytes(t, n));
     ASSERT_EQ(out.size(), static_cast<size_t>(n) * 4);
@@ -134,8 +131,10 @@ TEST(Quant, LinearOnGoldenBlocksEqualsTheProductWithGgufValues) {
     SCOPED_TRACE(name);
     const ckv::DType t = dtype_of(name);
     if (ckv::block_elements(t) == 1) continue;
-    const std::vector<uint8_t> in = read_bytes(kQuantDir / e.at("input").get<std::string>());
-    const std::vector<uint8_t> out = read_bytes(kQuantDir / e.at("output").get<std::string>());
+    const std::vector<uint8_t> in =
+        ckv::test::read_file_bytes(kQuantDir / e.at("input").get<std::string>());
+    const std::vector<uint8_t> out =
+        ckv::test::read_file_bytes(kQuantDir / e.at("output").get<std::string>());
     const int64_t cols = 256, rows = e.at("elements").get<int64_t>() / cols;
     const ckv::WeightMatrix w = ckv::WeightMatrix::view(t, rows, cols, in, nullptr);
     std::vector<float> want_w(static_cast<size_t>(rows * cols));  // gguf-py's values

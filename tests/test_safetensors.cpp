@@ -11,15 +11,9 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "test_util.h"
 
 namespace {
-
-const std::filesystem::path kDir = std::filesystem::path(CKV_TEST_DATA_DIR) / "loaders";
-
-std::vector<uint8_t> read_bytes(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 
 // A safetensors file from a header text and a data buffer.
 std::vector<uint8_t> make_file(const std::string& header, size_t data_bytes) {
@@ -51,10 +45,10 @@ void expect_error(const std::vector<uint8_t>& bytes, const std::string& what) {
 }  // namespace
 
 TEST(Safetensors, RoundTripMatchesPythonPackage) {
-  std::ifstream f(kDir / "roundtrip.expected.json");
+  std::ifstream f(ckv::test::kLoadersDir / "roundtrip.expected.json");
   const nlohmann::json want = nlohmann::json::parse(f);
   ASSERT_EQ(want.at("format_version").get<int>(), 1);
-  const ckv::SafetensorsFile file(kDir / "roundtrip.safetensors");
+  const ckv::SafetensorsFile file(ckv::test::kLoadersDir / "roundtrip.safetensors");
   EXPECT_EQ(file.tensors().size(), want.at("tensors").size());
   for (const auto& [key, value] : want.at("metadata").items()) {
     EXPECT_EQ(file.metadata().at(key), value.get<std::string>());
@@ -78,7 +72,7 @@ TEST(Safetensors, RoundTripMatchesPythonPackage) {
 }
 
 TEST(Safetensors, ShardedDirectory) {
-  const ckv::SafetensorsDir dir(kDir / "tiny_qwen2");
+  const ckv::SafetensorsDir dir(ckv::test::kLoadersDir / "tiny_qwen2");
   EXPECT_NE(dir.find("model.embed_tokens.weight"), nullptr);
   EXPECT_NE(dir.find("model.layers.1.mlp.down_proj.weight"), nullptr);
   EXPECT_EQ(dir.find("lm_head.weight"), nullptr);  // tied
@@ -87,12 +81,13 @@ TEST(Safetensors, ShardedDirectory) {
 }
 
 TEST(Safetensors, MissingFilesAndDirectories) {
-  EXPECT_THROW(ckv::SafetensorsFile(kDir / "absent.safetensors"), ckv::IoError);
-  EXPECT_THROW(ckv::SafetensorsDir(kDir / "tiny_llama_absent"), ckv::FormatError);
+  EXPECT_THROW(ckv::SafetensorsFile(ckv::test::kLoadersDir / "absent.safetensors"), ckv::IoError);
+  EXPECT_THROW(ckv::SafetensorsDir(ckv::test::kLoadersDir / "tiny_llama_absent"), ckv::FormatError);
 }
 
 TEST(Safetensors, EveryTruncationIsAFormatError) {
-  const std::vector<uint8_t> good = read_bytes(kDir / "roundtrip.safetensors");
+  const std::vector<uint8_t> good =
+      ckv::test::read_file_bytes(ckv::test::kLoadersDir / "roundtrip.safetensors");
   ASSERT_GT(good.size(), 100u);
   for (size_t n = 0; n < good.size(); ++n) {
     const std::vector<uint8_t> prefix(good.begin(), good.begin() + static_cast<ptrdiff_t>(n));

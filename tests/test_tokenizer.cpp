@@ -9,17 +9,17 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "model/tokenizer.h"
+#include "test_util.h"
 
 namespace {
 
 using nlohmann::json;
-const std::filesystem::path kDir = std::filesystem::path(CKV_TEST_DATA_DIR) / "tokenizers";
 
 const json& golden(const std::string& name) {
   static std::map<std::string, json> cache;
   auto it = cache.find(name);
   if (it == cache.end()) {
-    std::ifstream in(kDir / name);
+    std::ifstream in(ckv::test::kTokenizersDir / name);
     json j = json::parse(in);
     EXPECT_EQ(j.at("format_version").get<int>(), 1);
     it = cache.emplace(name, std::move(j)).first;
@@ -55,7 +55,8 @@ class HfFamily : public testing::TestWithParam<std::string> {};
 TEST_P(HfFamily, IdsAndDecodeMatchHfTokenizers) {
   const json& g = golden("golden_hf.json");
   const json& rec = g.at("families").at(GetParam());
-  auto tok = ckv::tokenizer_from_json(kDir / rec.at("file").get<std::string>());
+  auto tok =
+      ckv::tokenizer_from_json(ckv::test::kTokenizersDir / rec.at("file").get<std::string>());
   EXPECT_EQ(tok->kind(), GetParam() == "spm" ? "spm" : "bpe");
   expect_matches(*tok, g, rec, true);
 }
@@ -68,7 +69,7 @@ class GgufVocab : public testing::TestWithParam<std::string> {};
 TEST_P(GgufVocab, IdsAndDecodeMatchLlamaCpp) {
   const json& g = golden("golden_llamacpp.json");
   const json& rec = g.at("gguf").at(GetParam());
-  ckv::GgufFile gguf(kDir / rec.at("file").get<std::string>());
+  ckv::GgufFile gguf(ckv::test::kTokenizersDir / rec.at("file").get<std::string>());
   auto tok = ckv::tokenizer_from_gguf(gguf);
   expect_matches(*tok, g, rec, true);
 }
@@ -87,7 +88,7 @@ TEST(Tokenizer, PreTokenizerNames) {
                                                  {"smollm", "smollm"}, {"llama3", "llama3"},
                                                  {"qwen2", "qwen2"},   {"spm", "none"}};
   for (const auto& [file, name] : expected) {
-    ckv::GgufFile gguf(kDir / (file + ".vocab.gguf"));
+    ckv::GgufFile gguf(ckv::test::kTokenizersDir / (file + ".vocab.gguf"));
     EXPECT_EQ(ckv::tokenizer_from_gguf(gguf)->pre_tokenizer(), name) << file;
   }
 }

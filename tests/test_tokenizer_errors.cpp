@@ -7,10 +7,9 @@
 #include "io/gguf.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
+#include "test_util.h"
 
 namespace {
-
-const std::filesystem::path kDir = std::filesystem::path(CKV_TEST_DATA_DIR) / "tokenizers";
 
 std::filesystem::path write_temp(const std::string& name, const std::string& content) {
   auto dir = std::filesystem::temp_directory_path() / ("ckv_tok_" + std::to_string(::getpid()));
@@ -30,7 +29,7 @@ void expect_error_naming(F&& f, const std::string& needle) {
 }
 
 TEST(TokenizerErrors, DecodeRejectsOutOfRangeIds) {
-  auto tok = ckv::tokenizer_from_json(kDir / "gpt2.tokenizer.json");
+  auto tok = ckv::tokenizer_from_json(ckv::test::kTokenizersDir / "gpt2.tokenizer.json");
   EXPECT_THROW(tok->decode({1, static_cast<int32_t>(tok->vocab_size())}), ckv::InputError);
   EXPECT_THROW(tok->decode({-1}), ckv::InputError);
   EXPECT_THROW(tok->token_text(1 << 30), ckv::InputError);
@@ -38,8 +37,8 @@ TEST(TokenizerErrors, DecodeRejectsOutOfRangeIds) {
 }
 
 TEST(TokenizerErrors, BadTokenizerJson) {
-  expect_error_naming<ckv::IoError>([] { ckv::tokenizer_from_json(kDir / "absent.json"); },
-                                    "absent.json");
+  expect_error_naming<ckv::IoError>(
+      [] { ckv::tokenizer_from_json(ckv::test::kTokenizersDir / "absent.json"); }, "absent.json");
   auto junk = write_temp("junk.json", "{ not json");
   expect_error_naming<ckv::FormatError>([&] { ckv::tokenizer_from_json(junk); }, "junk.json");
   auto no_model = write_temp("no_model.json", R"({"added_tokens": []})");
@@ -63,15 +62,16 @@ TEST(TokenizerErrors, BadTokenizerJson) {
 }
 
 TEST(TokenizerErrors, BadGgufTokenizer) {
-  ckv::GgufFile none(kDir / "no_tokenizer.gguf");
+  ckv::GgufFile none(ckv::test::kTokenizersDir / "no_tokenizer.gguf");
   expect_error_naming<ckv::FormatError>([&] { ckv::tokenizer_from_gguf(none); },
                                         "tokenizer.ggml.model");
-  ckv::GgufFile bert(kDir / "bert_tokenizer.gguf");
+  ckv::GgufFile bert(ckv::test::kTokenizersDir / "bert_tokenizer.gguf");
   expect_error_naming<ckv::UnsupportedError>([&] { ckv::tokenizer_from_gguf(bert); }, "bert");
 }
 
 TEST(TokenizerErrors, ChatTemplates) {
-  auto tok = ckv::tokenizer_from_json(kDir / "gpt2.tokenizer.json");  // no chat template
+  auto tok = ckv::tokenizer_from_json(ckv::test::kTokenizersDir /
+                                      "gpt2.tokenizer.json");  // no chat template
   EXPECT_THROW(tok->apply_chat_template({{"user", "hi"}}), ckv::UnsupportedError);
   const std::string llama2 = "{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}";
   EXPECT_THROW(ckv::render_chat_template(llama2, {{"user", "hi"}}, true, "x"),
@@ -102,7 +102,7 @@ TEST(TokenIds, RejectsJunk) {
   expect_error_naming<ckv::InputError>([] { ckv::parse_token_ids("1.5", "ids.txt", 10); }, "1.5");
   expect_error_naming<ckv::InputError>(
       [] { ckv::parse_token_ids("99999999999999999999", "f", 10); }, "f");
-  EXPECT_THROW(ckv::read_token_ids(kDir / "absent.txt", 10), ckv::IoError);
+  EXPECT_THROW(ckv::read_token_ids(ckv::test::kTokenizersDir / "absent.txt", 10), ckv::IoError);
 }
 
 }  // namespace
@@ -115,12 +115,13 @@ namespace {
 TEST(TokenizerErrors, InvalidUtf8IsEncoded) {
   const std::string text = "\xff\xfe abc \xc3 \xe2\x82 end\x80";
   for (const char* file : {"gpt2.tokenizer.json", "llama3.tokenizer.json"}) {
-    auto tok = ckv::tokenizer_from_json(kDir / file);
+    auto tok = ckv::tokenizer_from_json(ckv::test::kTokenizersDir / file);
     EXPECT_EQ(tok->decode(tok->encode(text, false)), text) << file;
   }
-  ckv::GgufFile spm(kDir / "spm.vocab.gguf");
+  ckv::GgufFile spm(ckv::test::kTokenizersDir / "spm.vocab.gguf");
   for (const auto& tok :
-       {ckv::tokenizer_from_gguf(spm), ckv::tokenizer_from_json(kDir / "spm.tokenizer.json")}) {
+       {ckv::tokenizer_from_gguf(spm),
+        ckv::tokenizer_from_json(ckv::test::kTokenizersDir / "spm.tokenizer.json")}) {
     auto ids = tok->encode(text, false);
     EXPECT_FALSE(ids.empty());
     EXPECT_NO_THROW(tok->decode(ids));

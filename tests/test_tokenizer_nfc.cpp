@@ -9,16 +9,16 @@
 
 #include "model/tokenizer.h"
 #include "model/unicode_normalize.h"
+#include "test_util.h"
 
 namespace {
 
-const std::string kDir = std::string(CKV_TEST_DATA_DIR) + "/tokenizers/";
-
 TEST(TokenizerNfc, IdsMatchHfTokenizers) {
-  std::ifstream in(kDir + "golden_nfc.json");
+  std::ifstream in((ckv::test::kTokenizersDir / "golden_nfc.json").string());
   const nlohmann::json golden = nlohmann::json::parse(in);
   ASSERT_EQ(golden.at("format_version"), 1);
-  auto tok = ckv::tokenizer_from_json(kDir + golden.at("tokenizer").get<std::string>());
+  auto tok = ckv::tokenizer_from_json(
+      (ckv::test::kTokenizersDir / golden.at("tokenizer").get<std::string>()).string());
   for (const auto& c : golden.at("cases")) {
     const std::string text = c.at("text");
     EXPECT_EQ(tok->encode(text, false, true), c.at("ids").get<std::vector<int32_t>>()) << text;
@@ -28,8 +28,10 @@ TEST(TokenizerNfc, IdsMatchHfTokenizers) {
 TEST(TokenizerNfc, NormalisationChangesIdsWhereItShould) {
   // Without the normalizer the decomposed spelling tokenises differently: the test above
   // can fail if NFC were skipped.
-  auto plain = ckv::tokenizer_from_json(kDir + "qwen2.tokenizer.json");
-  auto nfc = ckv::tokenizer_from_json(kDir + "qwen2-nfc.tokenizer.json");
+  auto plain =
+      ckv::tokenizer_from_json((ckv::test::kTokenizersDir / "qwen2.tokenizer.json").string());
+  auto nfc =
+      ckv::tokenizer_from_json((ckv::test::kTokenizersDir / "qwen2-nfc.tokenizer.json").string());
   const std::string decomposed = "Cafe\xcc\x81";  // e + U+0301
   EXPECT_NE(plain->encode(decomposed, false, true), nfc->encode(decomposed, false, true));
   EXPECT_EQ(nfc->encode(decomposed, false, true), nfc->encode("Caf\xc3\xa9", false, true));

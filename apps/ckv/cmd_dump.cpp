@@ -28,7 +28,7 @@
 namespace ckv::app {
 namespace {
 
-constexpr const char* kBuiltinPrompt =
+constexpr const char* kDumpPrompt =
     "The Eiffel Tower is in Paris. The Colosseum is in Rome. Big Ben is in London. "
     "Question: In which city is the Colosseum? Answer:";
 
@@ -115,8 +115,9 @@ RecordMeta prompt_meta(const DumpOptions& o, const Model& model) {
   RecordMeta meta;
   meta.id = "0";
   const PromptOptions& in = o.input.prompt;
-  meta.tokens = prompt_tokens(in, model, kBuiltinPrompt);
-  if (in.tokens_file.empty() && in.prompt_file.empty()) meta.context = in.prompt.empty() ? kBuiltinPrompt : in.prompt;
+  meta.tokens = prompt_tokens(in, model, kDumpPrompt);
+  if (in.tokens_file.empty() && in.prompt_file.empty())
+    meta.context = in.prompt.empty() ? kDumpPrompt : in.prompt;
   meta.context_end = static_cast<int64_t>(meta.tokens.size());
   return meta;
 }

@@ -25,7 +25,7 @@
 namespace ckv::app {
 namespace {
 
-constexpr const char* kBuiltinPrompt = "What is the capital of France? Answer in one sentence.";
+constexpr const char* kForwardPrompt = "What is the capital of France? Answer in one sentence.";
 
 struct ForwardCmdOptions {
   PromptOptions input;
@@ -155,7 +155,7 @@ void run_timing(const ForwardCmdOptions& o, Forward& forward, const std::vector<
 void run_forward(const ForwardCmdOptions& o, const GlobalOptions& g) {
   LoadedModel loaded(g);
   const Model& model = loaded.model();
-  std::vector<int32_t> ids = prompt_tokens(o.input, model, kBuiltinPrompt);
+  std::vector<int32_t> ids = prompt_tokens(o.input, model, kForwardPrompt);
   Forward& forward = loaded.forward();
   if (o.timing) return run_timing(o, forward, ids);
 

@@ -10,6 +10,7 @@
 #include "analysis/value_norms.h"
 #include "core/error.h"
 #include "core/input_file.h"
+#include "core/text.h"
 #include "model/rope_freq.h"
 
 namespace ckv {
@@ -22,12 +23,6 @@ int64_t parse_position(std::string_view s, std::string_view option, std::string_
   if (s.empty() || ec != std::errc() || p != s.data() + s.size() || v < 0)
     fail<UsageError>("{}: '{}' is not a position or a start-end range", option, item);
   return v;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
-  return s;
 }
 
 void check_lists(const std::vector<int64_t>& layers, const std::vector<int64_t>& kv_heads,

@@ -96,11 +96,11 @@ class NiahGenerator final : public RulerTaskGenerator {
     Rng rng(stream);
     const std::string type(kind_name(a_.value));  // the needle says "numbers" / "uuids", as RULER's
     std::vector<std::string> keys;
-    struct Needle {
+    struct Placed {
       int64_t key;
       std::string value;
     };
-    std::vector<Needle> needles;
+    std::vector<Placed> needles;
     std::set<std::string> used;  // distinct keys and values in a record
     auto fresh = [&](Kind kind) {
       std::string s = random_of(rng, kind);

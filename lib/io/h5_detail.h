@@ -87,6 +87,11 @@ void keep_attributes_compact(hid_t ocpl, const std::string& where);
 // Little-endian unsigned integer of n <= 8 bytes.
 uint64_t decode_le(const uint8_t* p, size_t n);
 
+// x rounded up to a multiple of 8 (HDF5 pads version-1 messages and names to 8 bytes).
+inline uint64_t align8(uint64_t x) {
+  return (x + 7) / 8 * 8;
+}
+
 // Runs find_damage on the bytes of the file that `object` is in and returns the damage it
 // reports. A file open for writing may have metadata that only HDF5's cache holds yet (ckv
 // flushes between records, h5.cpp): there a reported damage is looked for once more after

@@ -79,6 +79,7 @@ namespace ckv::h5 {
 
 namespace {
 
+using detail::align8;
 using detail::decode_le;
 using detail::RawFile;
 
@@ -106,10 +107,6 @@ struct Damage {
 [[noreturn]] void unsupported(std::string_view what) {
   throw Damage{fmt::format("attributes in dense storage in {}, which ckv does not read", what),
                true};
-}
-
-uint64_t align8(uint64_t x) {
-  return (x + 7) / 8 * 8;
 }
 
 // Bytes read front to back; every read checks what is left.

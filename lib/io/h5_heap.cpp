@@ -89,10 +89,7 @@ void register_conversion() {
   });
 }
 
-uint64_t align8(uint64_t x) {
-  return (x + 7) / 8 * 8;
-}
-
+using detail::align8;
 using detail::decode_le;
 using FileLayout = detail::RawFile;
 

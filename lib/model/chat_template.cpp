@@ -1,6 +1,7 @@
 #include "model/chat_template.h"
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace ckv {
 namespace {
@@ -24,10 +25,8 @@ std::optional<std::string> read_literal(std::string_view text, size_t pos) {
 }
 
 // Jinja's `| trim`: leading and trailing whitespace off.
-std::string_view trim(std::string_view s) {
-  const size_t begin = s.find_first_not_of(" \t\n\r");
-  if (begin == std::string_view::npos) return {};
-  return s.substr(begin, s.find_last_not_of(" \t\n\r") - begin + 1);
+std::string_view jinja_trim(std::string_view s) {
+  return trim(s, " \t\n\r");
 }
 
 // Gemma 3's template (HF google/gemma-3-*-it tokenizer_config.json): <bos>, then per message
@@ -44,7 +43,7 @@ std::string render_gemma(const std::vector<ChatMessage>& messages, bool add_gene
     const ChatMessage& m = messages[i];
     out += "<start_of_turn>" + (m.role == "assistant" ? std::string("model") : m.role) + "\n";
     if (i == first) out += prefix;
-    out += std::string(trim(m.content)) + "<end_of_turn>\n";
+    out += std::string(jinja_trim(m.content)) + "<end_of_turn>\n";
   }
   if (add_generation_prompt) out += "<start_of_turn>model\n";
   return out;

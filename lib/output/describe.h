@@ -16,6 +16,19 @@ class Tokenizer;
 // Sets the string attributes `description` and, when not empty, `unit`.
 void describe(h5::Object& object, std::string_view description, std::string_view unit = {});
 
+// A new dataset `name` of g holding `data`, with its dimension names and its description.
+template <typename T>
+h5::Dataset put_described(h5::Group& g, const std::string& name, h5::DType type,
+                          const std::vector<int64_t>& shape, const std::vector<T>& data,
+                          const std::vector<std::string>& dims, std::string_view description,
+                          std::string_view unit = {}) {
+  h5::Dataset d = g.create_dataset(name, type, shape);
+  d.write(data);
+  d.set_dims(dims);
+  describe(d, description, unit);
+  return d;
+}
+
 // Each id as the tokenizer shows one token (Tokenizer::token_text); empty without a tokenizer.
 std::vector<std::string> token_texts(const Tokenizer* tokenizer, const std::vector<int32_t>& ids);
 

@@ -20,17 +20,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-template <typename T>
-h5::Dataset put(h5::Group& g, const std::string& name, h5::DType type, const std::vector<int64_t>& shape,
-                const std::vector<T>& data, const std::vector<std::string>& dims, std::string_view description,
-                std::string_view unit = {}) {
-  h5::Dataset d = g.create_dataset(name, type, shape);
-  d.write(data);
-  d.set_dims(dims);
-  describe(d, description, unit);
-  return d;
-}
-
 // "full cache" or "snapkv 20%": what a run group's number stands for.
 std::string run_label(const CacheEvalRun& run, size_t k) {
   return k == 0 ? std::string("full cache") : fmt::format("{} {:g}%", run.method, 100 * run.fraction);
@@ -64,25 +53,29 @@ void write_steps(h5::Group& g, const CacheEvalRun& run, int64_t n_layer, int64_t
   if (steps == 0) return;
   const std::vector<int64_t> shape{steps, n_layer, n_head};
   const std::vector<std::string> dims{"step", "layer", "head"};
-  put(g, "step_l1", h5::DType::F32, shape, run.step_l1, dims,
-      "L1 norm of the change of each head's output at the query of answer step s (the full cache's s-th answer "
+  put_described(
+      g, "step_l1", h5::DType::F32, shape, run.step_l1, dims,
+      "L1 norm of the change of each head's output at the query of answer step s (the full cache's "
+      "s-th answer "
       "token, teacher-forced at position n + s - 1), this run's kept set against the full cache");
-  put(g, "step_l2", h5::DType::F32, shape, run.step_l2, dims, "L2 norm of the same change");
-  put(g, "step_theta_hat", h5::DType::F32, shape, run.step_theta_hat, dims,
-      "the bound theta_hat (L1, docs/MATH.md §3) of the same kept set at the same query");
-  put(g, "step_theta_hat_l2", h5::DType::F32, shape, run.step_theta_hat_l2, dims,
-      "the bound theta_hat of the L2 norm at the same query");
+  put_described(g, "step_l2", h5::DType::F32, shape, run.step_l2, dims,
+                "L2 norm of the same change");
+  put_described(g, "step_theta_hat", h5::DType::F32, shape, run.step_theta_hat, dims,
+                "the bound theta_hat (L1, docs/MATH.md §3) of the same kept set at the same query");
+  put_described(g, "step_theta_hat_l2", h5::DType::F32, shape, run.step_theta_hat_l2, dims,
+                "the bound theta_hat of the L2 norm at the same query");
   std::vector<double> kl;
   std::vector<int32_t> agree;
   for (const NextToken& t : run.step_next) {
     kl.push_back(t.kl);
     agree.push_back(t.top1_agree ? 1 : 0);
   }
-  put(g, "step_kl", h5::DType::F64, {steps}, kl, {"step"},
-      "KL(full || this run) of the next-token distribution at answer step s, both caches fed the same tokens",
-      "nats");
-  put(g, "step_top1_agree", h5::DType::I32, {steps}, agree, {"step"},
-      "1 where this run's most likely next token at step s is the full cache's");
+  put_described(g, "step_kl", h5::DType::F64, {steps}, kl, {"step"},
+                "KL(full || this run) of the next-token distribution at answer step s, both caches "
+                "fed the same tokens",
+                "nats");
+  put_described(g, "step_top1_agree", h5::DType::I32, {steps}, agree, {"step"},
+                "1 where this run's most likely next token at step s is the full cache's");
 }
 
 void write_run(h5::Group& runs, size_t k, const CacheEvalRun& run, const std::optional<AnswerScores>& scores,
@@ -104,19 +97,22 @@ void write_run(h5::Group& runs, size_t k, const CacheEvalRun& run, const std::op
   g.set_attr_string("stop", run.decoded.stop);
   if (scores) g.set_attr_json("scores", scores_json(*scores));
   g.set_attr_string("label", run_label(run, k));
-  h5::Dataset tokens = put(g, "tokens", h5::DType::I32, {static_cast<int64_t>(run.decoded.tokens.size())},
-                           run.decoded.tokens, {"token"},
-                           "token ids decoded greedily under this run's cache (attribute `text`: them as text)");
+  h5::Dataset tokens = put_described(
+      g, "tokens", h5::DType::I32, {static_cast<int64_t>(run.decoded.tokens.size())},
+      run.decoded.tokens, {"token"},
+      "token ids decoded greedily under this run's cache (attribute `text`: them as text)");
   set_token_text(tokens, token_text);
-  put(g, "kept", h5::DType::I64, {n_layer, n_kv_head}, run.kept_per_head, {"layer", "kv_head"},
-      "entries kept in each layer's KV-head cache", "entries");
+  put_described(g, "kept", h5::DType::I64, {n_layer, n_kv_head}, run.kept_per_head,
+                {"layer", "kv_head"}, "entries kept in each layer's KV-head cache", "entries");
   std::vector<float> l1 = run.l1, l2 = run.l2;
   if (l1.empty()) l1.assign(static_cast<size_t>(n_layer * n_head), 0.0f);  // the full cache: nothing evicted
   if (l2.empty()) l2.assign(static_cast<size_t>(n_layer * n_head), 0.0f);
-  put(g, "l1", h5::DType::F32, {n_layer, n_head}, l1, {"layer", "head"},
-      "L1 norm of the change of each head's output at the first decoded row, this cache against the full one "
-      "(0 for the full cache)");
-  put(g, "l2", h5::DType::F32, {n_layer, n_head}, l2, {"layer", "head"}, "L2 norm of the same change");
+  put_described(g, "l1", h5::DType::F32, {n_layer, n_head}, l1, {"layer", "head"},
+                "L1 norm of the change of each head's output at the first decoded row, this cache "
+                "against the full one "
+                "(0 for the full cache)");
+  put_described(g, "l2", h5::DType::F32, {n_layer, n_head}, l2, {"layer", "head"},
+                "L2 norm of the same change");
   write_steps(g, run, n_layer, n_head);
 }
 
@@ -139,7 +135,7 @@ void need_dataset(const h5::Group& g, const char* name, h5::DType type, const st
 }
 
 // The runs of a record in the order they were written (0 = full, 1, 2, ...).
-std::vector<std::string> run_names(const h5::Group& record) {
+std::vector<std::string> eval_run_names(const h5::Group& record) {
   std::vector<std::string> names = record.open_group("runs").children();
   for (const std::string& n : names)
     if (n.empty() || n.size() > 6 || !std::all_of(n.begin(), n.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
@@ -185,16 +181,19 @@ void EvalFile::write_record(const EvalRecord& r) {
   g.set_attr_int("first_token", r.result.first_token);
   g.set_attr_string("task", std::string(answer_task_name(r.task)));
   g.set_attr_json("answers", r.answers);
-  h5::Dataset tokens = put(g, "tokens", h5::DType::I32, {static_cast<int64_t>(r.prompt.size())}, r.prompt, {"pos"},
-                           "token ids of the prompt (context, then question); attribute token_text: them as text");
+  h5::Dataset tokens = put_described(
+      g, "tokens", h5::DType::I32, {static_cast<int64_t>(r.prompt.size())}, r.prompt, {"pos"},
+      "token ids of the prompt (context, then question); attribute token_text: them as text");
   set_token_text(tokens, r.prompt_text);
-  put(g, "answer_ids", h5::DType::I32, {static_cast<int64_t>(r.answer_ids.size())}, r.answer_ids, {"token"},
-      "token ids of the reference answer, whose log-probability each run reports");
+  put_described(g, "answer_ids", h5::DType::I32, {static_cast<int64_t>(r.answer_ids.size())},
+                r.answer_ids, {"token"},
+                "token ids of the reference answer, whose log-probability each run reports");
   if (!r.result.step_tokens.empty()) {
-    h5::Dataset steps = put(g, "step_tokens", h5::DType::I32, {static_cast<int64_t>(r.result.step_tokens.size())},
-                            r.result.step_tokens, {"step"},
-                            "the full cache's greedy answer tokens that --track-steps feeds to every cache, step s "
-                            "at position n + s - 1; each compressed run's step_* datasets follow them");
+    h5::Dataset steps = put_described(
+        g, "step_tokens", h5::DType::I32, {static_cast<int64_t>(r.result.step_tokens.size())},
+        r.result.step_tokens, {"step"},
+        "the full cache's greedy answer tokens that --track-steps feeds to every cache, step s "
+        "at position n + s - 1; each compressed run's step_* datasets follow them");
     if (r.decoded_text) set_token_text(steps, r.decoded_text(r.result.step_tokens));
   }
   h5::Group runs = g.create_group("runs");
@@ -237,7 +236,7 @@ void check_eval_record(const h5::Group& r, int64_t n_layer, int64_t n_head, int6
     steps = r.open_dataset("step_tokens").shape().at(0);
   }
   if (!r.is_group("runs")) bad(r, "group \"runs\" missing");
-  const std::vector<std::string> names = run_names(r);
+  const std::vector<std::string> names = eval_run_names(r);
   if (names.empty() || names.front() != "0") bad(r, "run 0 (the full cache) missing");
   for (const std::string& name : names) {
     const h5::Group g = r.open_group("runs/" + name);
@@ -305,7 +304,7 @@ std::vector<EvalRow> read_eval_rows(const std::filesystem::path& eval_h5) {
     const int64_t index = r.attr_int("index");
     const std::string task = r.attr_string("task");
     std::optional<double> logp_full;
-    for (const std::string& name : run_names(r)) {
+    for (const std::string& name : eval_run_names(r)) {
       const h5::Group g = r.open_group("runs/" + name);
       EvalRow row;
       row.record = id;

@@ -13,17 +13,6 @@ namespace ckv {
 
 namespace {
 
-template <typename T>
-h5::Dataset put(h5::Group& g, const std::string& name, h5::DType type, const std::vector<int64_t>& shape,
-                const std::vector<T>& data, const std::vector<std::string>& dims, std::string_view description,
-                std::string_view unit = {}) {
-  h5::Dataset d = g.create_dataset(name, type, shape);
-  d.write(data);
-  d.set_dims(dims);
-  describe(d, description, unit);
-  return d;
-}
-
 // [n_layer, ...] from one vector per layer, picked by `field`.
 std::vector<double> stack(const RunMetrics& m, std::vector<double> LayerMaskMetrics::*field) {
   std::vector<double> out;
@@ -117,18 +106,25 @@ void MaskFile::write_record(const MaskRecord& r) {
   std::vector<std::string> run_names;
   for (const MaskRun& run : r.runs) run_names.push_back(run.name);
   g.set_attr_strings("runs", run_names);  // the runs' order (the group lists them by name)
-  h5::Dataset tokens = put(g, "tokens", h5::DType::I32, {static_cast<int64_t>(r.tokens.size())}, r.tokens, {"pos"},
-                           "token ids of the prompt (context, then question), then the answer's when scored; "
-                           "attribute token_text: the tokens as text");
+  h5::Dataset tokens = put_described(
+      g, "tokens", h5::DType::I32, {static_cast<int64_t>(r.tokens.size())}, r.tokens, {"pos"},
+      "token ids of the prompt (context, then question), then the answer's when scored; "
+      "attribute token_text: the tokens as text");
   set_token_text(tokens, r.token_text);
-  put(g, "eval_rows", h5::DType::I64, {n_eval}, r.eval_rows, {"eval"},
-      "the evaluation rows (positions >= context_end): the query positions every per-row measure is taken at");
-  put(g, "logits_last_full", h5::DType::F32, {static_cast<int64_t>(r.logits_last_full.size())}, r.logits_last_full,
-      {"vocab"}, "next-token logits at the prompt's last position, unmasked", "logit");
-  put(g, "s_attn", h5::DType::F32, {n_layer, n_head, r.c}, flatten(r.sinks.s_attn), {"layer", "head", "pos"},
-      "sink score: the unmasked attention each context position receives, summed over the evaluation rows");
-  put(g, "s_val", h5::DType::F32, {n_layer, n_head, r.c}, flatten(r.sinks.s_val), {"layer", "head", "pos"},
-      "value-weighted sink score: s_attn times the position's value norm nu (docs/MATH.md section 6)");
+  put_described(g, "eval_rows", h5::DType::I64, {n_eval}, r.eval_rows, {"eval"},
+                "the evaluation rows (positions >= context_end): the query positions every per-row "
+                "measure is taken at");
+  put_described(g, "logits_last_full", h5::DType::F32,
+                {static_cast<int64_t>(r.logits_last_full.size())}, r.logits_last_full, {"vocab"},
+                "next-token logits at the prompt's last position, unmasked", "logit");
+  put_described(g, "s_attn", h5::DType::F32, {n_layer, n_head, r.c}, flatten(r.sinks.s_attn),
+                {"layer", "head", "pos"},
+                "sink score: the unmasked attention each context position receives, summed over "
+                "the evaluation rows");
+  put_described(g, "s_val", h5::DType::F32, {n_layer, n_head, r.c}, flatten(r.sinks.s_val),
+                {"layer", "head", "pos"},
+                "value-weighted sink score: s_attn times the position's value norm nu "
+                "(docs/MATH.md section 6)");
   for (const MaskRun& run : r.runs) {
     h5::Group rg = g.create_group("runs/" + run.name);
     rg.set_attr_string("source", run.source);
@@ -140,8 +136,10 @@ void MaskFile::write_record(const MaskRecord& r) {
     rg.set_attr_int("top1_full", run.next.top1_full);
     rg.set_attr_int("top1_masked", run.next.top1_masked);
     rg.set_attr_double("delta_theta_total", run.metrics.delta_theta_total);
-    put(rg, "logits_last", h5::DType::F32, {static_cast<int64_t>(run.logits_last.size())}, run.logits_last, {"vocab"},
-        "next-token logits at the prompt's last position under this run's eviction", "logit");
+    put_described(rg, "logits_last", h5::DType::F32, {static_cast<int64_t>(run.logits_last.size())},
+                  run.logits_last, {"vocab"},
+                  "next-token logits at the prompt's last position under this run's eviction",
+                  "logit");
     if (run.logp_answer) rg.set_attr_double("logp_answer", *run.logp_answer);
     if (run.physical_max_diff) rg.set_attr_double("physical_max_diff", *run.physical_max_diff);
     if (run.physical_max_abs) rg.set_attr_double("physical_max_abs", *run.physical_max_abs);
@@ -153,22 +151,27 @@ void MaskFile::write_record(const MaskRecord& r) {
         const std::vector<char> f = run.plan.evicted_flags(l, kv);
         evicted.insert(evicted.end(), f.begin(), f.end());
       }
-    put(rg, "evicted", h5::DType::U8, {run.plan.n_layer, run.plan.n_kv_head, r.c}, evicted,
-        {"layer", "kv_head", "pos"}, "1 where this run masks the context position out of the KV head, else 0");
+    put_described(rg, "evicted", h5::DType::U8, {run.plan.n_layer, run.plan.n_kv_head, r.c},
+                  evicted, {"layer", "kv_head", "pos"},
+                  "1 where this run masks the context position out of the KV head, else 0");
     for (const Named& f : row_fields()) {
       if (f.per_head)
-        put(rg, f.name, h5::DType::F64, {n_layer, n_head, n_eval}, stack(run.metrics, f.field),
-            {"layer", "head", "eval"}, f.description, f.unit);
+        put_described(rg, f.name, h5::DType::F64, {n_layer, n_head, n_eval},
+                      stack(run.metrics, f.field), {"layer", "head", "eval"}, f.description,
+                      f.unit);
       else
-        put(rg, f.name, h5::DType::F64, {n_layer, n_eval}, stack(run.metrics, f.field), {"layer", "eval"},
-            f.description, f.unit);
+        put_described(rg, f.name, h5::DType::F64, {n_layer, n_eval}, stack(run.metrics, f.field),
+                      {"layer", "eval"}, f.description, f.unit);
     }
-    put(rg, "delta_theta", h5::DType::F64, {n_layer, n_head}, stack(run.metrics, &LayerMaskMetrics::delta_theta),
-        {"layer", "head"}, "Delta_theta: the mean over evaluation rows of the sum over evicted positions of attention times nu");
+    put_described(rg, "delta_theta", h5::DType::F64, {n_layer, n_head},
+                  stack(run.metrics, &LayerMaskMetrics::delta_theta), {"layer", "head"},
+                  "Delta_theta: the mean over evaluation rows of the sum over evicted positions of "
+                  "attention times nu");
     std::vector<double> renorm;
     for (const LayerMaskMetrics& l : run.metrics.layers) renorm.push_back(l.renorm_max_err);
-    put(rg, "renorm_max_err", h5::DType::F64, {n_layer}, renorm, {"layer"},
-        "largest |A' - N A / S| over the layer's heads and rows: Theorem 3.2 checked in the run (0 unmasked)");
+    put_described(rg, "renorm_max_err", h5::DType::F64, {n_layer}, renorm, {"layer"},
+                  "largest |A' - N A / S| over the layer's heads and rows: Theorem 3.2 checked in "
+                  "the run (0 unmasked)");
   }
   finish_record_group(file_, g);
 }
@@ -220,7 +223,7 @@ std::optional<T> optional_attr(const h5::Group& g, const char* name, T (h5::Obje
 
 // The runs in the order write_record wrote them (files before the `runs` attribute: the
 // target, then the placebos by number).
-std::vector<std::string> run_names(const h5::Group& g) {
+std::vector<std::string> mask_run_names(const h5::Group& g) {
   if (g.has_attr("runs")) return g.attr_strings("runs");
   std::vector<std::string> names = g.open_group("runs").children();
   auto rank = [](const std::string& n) {
@@ -239,7 +242,7 @@ MaskRecord read_for_csv(const h5::Group& g, const std::string& id) {
   r.prompt_len = g.attr_int("n_tokens");
   r.eval_rows = g.open_dataset("eval_rows").read<int64_t>();
   r.logp_answer_full = optional_attr<double>(g, "logp_answer_full", &h5::Object::attr_double);
-  for (const std::string& name : run_names(g)) {
+  for (const std::string& name : mask_run_names(g)) {
     const h5::Group rg = g.open_group("runs/" + name);
     MaskRun run;
     run.name = name;
