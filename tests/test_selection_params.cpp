@@ -63,11 +63,11 @@ TEST(SelectionParams, EveryValueOutsideItsRangeIsRefusedNamingItsFlag) {
     const ParamRange& r = s.range;
     std::vector<double> bad, good;
     const double step = s.type == Type::Count ? 1 : 1e-9;
-    if (r.lo > -1e300) {
+    if (std::isfinite(r.lo)) {
       bad.push_back(r.lo_open ? r.lo : r.lo - step);
       if (!r.lo_open && (!r.odd || std::fmod(r.lo, 2) != 0)) good.push_back(r.lo);
     }
-    if (r.hi < 1e300) {
+    if (std::isfinite(r.hi)) {
       bad.push_back(r.hi_open ? r.hi : r.hi + step * (r.odd ? 2 : 1));
       if (!r.hi_open) good.push_back(r.hi);
     }

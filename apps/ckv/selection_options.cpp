@@ -77,10 +77,8 @@ std::vector<MethodSpec> parse_methods(const std::string& spec, std::string_view 
 }
 
 void require_method_inputs(const MethodSpec& method, const SelectionParams& p, std::string_view flag) {
-  const char* needs = method_info(method.leaf().kind).needs;
-  if (needs == nullptr) return;
-  const SelectionParam* input = find_selection_param(needs);  // a Path parameter (selection.h's table)
-  if (input == nullptr || (p.*input->path).empty()) fail<UsageError>("{}: '{}' needs {}", flag, method.name(), needs);
+  if (const SelectionParam* input = missing_method_input(method, p))
+    fail<UsageError>("{}: '{}' needs {}", flag, method.name(), input->flag);
 }
 
 std::vector<double> parse_budget_fractions(const std::string& spec, std::string_view flag) {

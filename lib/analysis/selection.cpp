@@ -13,6 +13,7 @@
 #include "analysis/layer_scores.h"
 #include "analysis/pyramidkv.h"
 #include "core/error.h"
+#include "core/text.h"
 
 namespace ckv {
 
@@ -37,12 +38,6 @@ const MethodInfo* find_method(std::string_view name) {
   for (const MethodInfo& m : kMethods)
     if (name == m.name) return &m;
   return nullptr;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
-  return s;
 }
 
 std::vector<int64_t> sorted(std::vector<int64_t> v) {
@@ -170,6 +165,15 @@ bool MethodSpec::any_has(MethodTrait trait) const {
 const MethodInfo& method_info(MethodSpec::Kind kind) {
   // The enum and the table are both made from CKV_SELECTION_METHODS, in its order.
   return kMethods[static_cast<size_t>(kind)];
+}
+
+const SelectionParam* missing_method_input(const MethodSpec& method, const SelectionParams& p) {
+  const char* needs = method_info(method.leaf().kind).needs;
+  if (needs == nullptr) return nullptr;
+  const SelectionParam* input = find_selection_param(needs);
+  if (input == nullptr || input->type != SelectionParam::Type::Path)
+    throw std::logic_error(fmt::format("method {} needs {}, which is not a path parameter", method.name(), needs));
+  return (p.*input->path).empty() ? input : nullptr;
 }
 
 double parse_budget_fraction(std::string_view text, std::string_view flag) {

@@ -120,6 +120,10 @@ struct MethodInfo {
   LayerScoreFn layer_scores;  // its scores from the layer's tensors, or nullptr
 };
 const MethodInfo& method_info(MethodSpec::Kind kind);
+// The path parameter (selection_params.h) that `method` reads its input from (file:
+// selection_file, headkv: headkv_profile, duoattention: duo_pattern) when p leaves it empty;
+// nullptr when the method reads no file or its path is set.
+const SelectionParam* missing_method_input(const MethodSpec& method, const SelectionParams& p);
 // "attn, snapkv, ..., adakv(BASE), criticalkv(BASE)": every registered method, for help
 // texts and the unknown-method error.
 std::string known_methods();

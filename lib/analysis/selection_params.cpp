@@ -126,7 +126,7 @@ const std::vector<SelectionParam>& table() {
 
 // What a range asks, in the words of the error: "must be at least 1", "outside (0, 1]".
 std::string range_text(const ParamRange& r, bool finite) {
-  const bool has_lo = r.lo > -1e300, has_hi = r.hi < 1e300;
+  const bool has_lo = std::isfinite(r.lo), has_hi = std::isfinite(r.hi);
   if (has_lo && has_hi) {
     if (r.odd) return fmt::format("must be odd, in [{}, {}]", r.lo, r.hi);
     if (finite) return fmt::format("outside {}{}, {}{}", r.lo_open ? '(' : '[', r.lo, r.hi, r.hi_open ? ')' : ']');

@@ -6,6 +6,7 @@
 // package's ckv.bound and Model.eval take its keys as keywords. Adding a parameter is its
 // member in SelectionParams and its line in the table.
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -66,7 +67,7 @@ inline constexpr int64_t kMaxFuture = 1 << 20;
 
 // The values a number parameter accepts: [lo, hi], an end open where said; `odd` counts only.
 struct ParamRange {
-  double lo = -1e300, hi = 1e300;
+  double lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
   bool lo_open = false, hi_open = false;
   bool odd = false;
 };

@@ -101,11 +101,8 @@ CacheEvalSettings eval_settings(const EvalArgs& a) {
   for (const std::string& m : a.methods) {
     s.methods.push_back(MethodSpec::parse(m));
     // A method that reads a file (file, headkv, duoattention) needs its path parameter.
-    if (const char* needs = method_info(s.methods.back().leaf().kind).needs) {
-      const SelectionParam* input = find_selection_param(needs);
-      if (input == nullptr || (a.params.*input->path).empty())
-        fail<UsageError>("methods: {} needs {}= (the path of {})", m, input ? input->key : needs, needs);
-    }
+    if (const SelectionParam* input = missing_method_input(s.methods.back(), a.params))
+      fail<UsageError>("methods: {} needs {}= (the path of {})", m, input->key, input->flag);
   }
   s.budgets = a.budgets;
   if (a.compress != "context" && a.compress != "prompt")
