@@ -1,7 +1,9 @@
 // `ckv eval` end to end on the default model: NIAH records from `ckv niah`, two methods at two
 // budgets; the HDF5 file, CSV and JSON agree with each other and with what the selection
 // must keep; shards merged give the whole run's CSV; a resume of a finished file changes
-// nothing; bad flags and records are refused with one line.
+// nothing; bad flags and records are refused with one line. The same run on the tiny Qwen3
+// model (EvalCliTiny) takes a second, so that the sanitizer run of CI, which leaves the
+// default-model one out (scripts/sanitize.sh), still writes, resumes and merges eval files.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -30,10 +32,11 @@ struct CliRun {
   std::string out;
 };
 
-CliRun run(const std::string& args, bool with_model = true) {
+// `model` empty: a subcommand that reads no model (merge, info).
+CliRun run(const std::string& args, const fs::path& model_path = kModel) {
   // --model belongs to the subcommand (the first word of args).
   const size_t sub = args.find(' ');
-  const std::string model = with_model ? " --model " + kModel.string() : "";
+  const std::string model = model_path.empty() ? "" : " --model " + model_path.string();
   const std::string cmd = kBin + " -q " + args.substr(0, sub) + model + args.substr(sub) + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
@@ -135,11 +138,71 @@ TEST_F(EvalCli, OutputsAgreeWithTheSelection) {
   const std::string s0 = tmp("s0").string(), s1 = tmp("s1").string(), merged = tmp("merged").string();
   ASSERT_EQ(run(eval_args() + "--shard 0/2 -o " + s0 + " --force").status, 0);
   ASSERT_EQ(run(eval_args() + "--shard 1/2 -o " + s1 + " --force").status, 0);
-  const CliRun m = run("merge " + merged + " " + s0 + ".h5 " + s1 + ".h5 --force", false);
+  const CliRun m = run("merge " + merged + " " + s0 + ".h5 " + s1 + ".h5 --force", {});
   ASSERT_EQ(m.status, 0) << m.out;
   EXPECT_EQ(slurp(merged + ".csv"), csv);
-  const CliRun info = run("info " + merged + ".h5", false);
+  const CliRun info = run("info " + merged + ".h5", {});
   EXPECT_EQ(info.status, 0) << info.out;
+}
+
+// Three short question-answering records for the tiny model (its 288-token vocabulary and
+// 256-token context hold no NIAH template).
+const fs::path kTinyModel = fs::path(CKV_TEST_DATA_DIR) / "models/tiny_qwen3.gguf";
+
+fs::path tiny_records() {
+  const fs::path p = tmp("tiny.jsonl");
+  std::ofstream f(p);
+  f << R"({"id": "a", "context": "The red key is under the mat. The blue key is in the box.", )"
+       R"("question": " Question: Where is the red key? Answer:", "answers": ["under the mat"], "task": "qa"})"
+    << "\n"
+    << R"({"id": "b", "context": "Anna lives in Oslo. Ben lives in Rome. Cleo lives in Lima.", )"
+       R"("question": " Question: Where does Ben live? Answer:", "answers": ["Rome"], "task": "qa"})"
+    << "\n"
+    << R"({"id": "c", "context": "The code is 4471. The door is green. The cat is asleep.", )"
+       R"("question": " Question: What is the code? Answer:", "answers": ["4471"], "task": "qa"})"
+    << "\n";
+  return p;
+}
+
+TEST(EvalCliTiny, WritesResumesAndMergesLikeTheDefaultModelRun) {
+  const std::string args = "eval -i " + tiny_records().string() +
+                           " --methods 'snapkv,criticalkv(snapkv)' --budgets 0.2,0.5 --window 8 "
+                           "--max-new-tokens 6 --track-steps 4 ";
+  const std::string out = tmp("tiny_whole").string();
+  const CliRun r = run(args + "-o " + out + " --force", kTinyModel);
+  ASSERT_EQ(r.status, 0) << r.out;
+  {
+    ckv::h5::File f = ckv::h5::File::open_read(out + ".h5");
+    EXPECT_EQ(f.attr_string("schema"), "ckv.eval");
+    const std::vector<std::string> ids = f.open_group("records").children();
+    ASSERT_EQ(ids.size(), 3u);
+    for (const std::string& id : ids) {
+      const ckv::h5::Group rec = f.open_group("records/" + id);
+      const int64_t c = rec.attr_int("context_end");
+      EXPECT_EQ(rec.open_group("runs/0").attr_string("method"), "full");
+      EXPECT_EQ(rec.open_group("runs/0").attr_double("kl"), 0.0);
+      for (int k = 1; k <= 4; ++k) {
+        const ckv::h5::Group g = rec.open_group("runs/" + std::to_string(k));
+        const int64_t b = ckv::budget_from_fraction(c, g.attr_double("fraction"));
+        const std::vector<int64_t> kept = g.open_dataset("kept").read<int64_t>();
+        EXPECT_TRUE(std::all_of(kept.begin(), kept.end(), [&](int64_t x) { return x == b; })) << id << " run " << k;
+        EXPECT_GE(g.attr_double("kl"), 0.0);
+      }
+    }
+  }
+  const std::string csv = slurp(out + ".csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 3 * 5) << csv;  // no text holds a newline
+  EXPECT_EQ(nlohmann::json::parse(slurp(out + ".json")).at("records"), 3);
+
+  ASSERT_EQ(run(args + "-o " + out + " --resume", kTinyModel).status, 0);
+  EXPECT_EQ(slurp(out + ".csv"), csv);
+
+  const std::string s0 = tmp("tiny_s0").string(), s1 = tmp("tiny_s1").string(), merged = tmp("tiny_merged").string();
+  ASSERT_EQ(run(args + "--shard 0/2 -o " + s0 + " --force", kTinyModel).status, 0);
+  ASSERT_EQ(run(args + "--shard 1/2 -o " + s1 + " --force", kTinyModel).status, 0);
+  const CliRun m = run("merge " + merged + " " + s0 + ".h5 " + s1 + ".h5 --force", {});
+  ASSERT_EQ(m.status, 0) << m.out;
+  EXPECT_EQ(slurp(merged + ".csv"), csv);
 }
 
 void expect_refused(const std::string& args, int status, const std::string& needle) {
