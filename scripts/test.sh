@@ -5,9 +5,9 @@
 # services set it; .ci/run calls this script) the C++ tests then run once more, built with
 # ASan + UBSan (scripts/sanitize.sh, in build-asan), all but the dozen heavy ones that would
 # take CI's time (CKV_ASAN_HEAVY=0; the release run above runs them). Measured on 2 cores
-# (AMD EPYC, AVX2) without ccache, unity builds (CKV_UNITY): the build of everything about
-# 8.5 minutes, its tests 5.5, the Python package 5, the sanitizer build about 15 and its tests
-# about 6 (docs/PERF.md "Build and test time").
+# (AMD EPYC, AVX2) without ccache, unity builds (CKV_UNITY): the build of everything 8.5
+# minutes, its tests 5.5, the Python package 4, the sanitizer build 15-19 and its tests 6
+# (docs/PERF.md "Build and test time").
 # The Python package (docs/PYTHON.md) is built and tested after them: a venv .venv over Debian's
 # numpy/h5py/pytest with scikit-build-core, nanobind and pandas from PyPI, `pip install .` (the
 # extension and the libraries it links, built again position-independent in build/python
