@@ -18,7 +18,8 @@ Skipped, and listed with the reason: examples that need a Slurm cluster, a model
 not here (a placeholder path such as `path/to/model.gguf` or `-m M`), a template with
 placeholders (`FILE`, `PREFIX`, `[...]`, `a|b`), that are this script's own callers or
 hours-long experiment scripts (the set-up, the test command, the paper reproduction), or
-that the doc marks as taking hours (a comment with "(hours").
+that the doc marks as a long run (a comment with "(hours" or "(minutes": a measurement
+that takes a quarter of an hour or more, and what reads its output).
 Exit status: 0 when every example that ran passed, 1 otherwise.
 """
 from __future__ import annotations
@@ -117,8 +118,8 @@ def skip_reason(command: str) -> str:
     for reason, pattern in SKIPS:
         if pattern.search(code):
             return reason
-    if "(hours" in command.split("\n")[0]:
-        return "marked in the doc as taking hours"
+    if re.search(r"#.*\((hours|minutes)\b", command.split("\n")[0]):
+        return "marked in the doc as a long run (hours, or many minutes)"
     return ""
 
 
