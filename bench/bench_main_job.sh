@@ -20,7 +20,7 @@ for rev in "$@"; do
   (cd "$clone" && env -u CKV_CMAKE_ARGS -u CKV_BUILD_DIR -u CKV_OUT_DIR \
      /usr/bin/time -f "%e %U %S" -o "$out/time_$sha" scripts/main.sh >"$out/log_$sha" 2>&1) || status=$?
   read -r wall user sys <"$out/time_$sha" || true
-  build=$(grep -oE 'set-up.* \(at [0-9]+m[0-9]+s\)|\[2/[0-9]+\].*\(at [0-9]+m[0-9]+s\)' "$out/log_$sha" | tail -1 || true)
+  build=$(grep -oE '\[2/[0-9]+\].*\(at [0-9]+m[0-9]+s\)' "$out/log_$sha" || true)  # the set-up's end
   printf '%s (%s): %s s wall, %s s user, %s s system, exit %d; %s\n' "$rev" "$sha" "$wall" "$user" "$sys" "$status" "$build"
   rm -rf "$clone/build" "$clone/models" "$clone/out"  # the logs stay in $out
 done

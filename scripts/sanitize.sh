@@ -13,7 +13,7 @@
 # they run (resume after a failed write or a kill, shards and their merge, decoding under
 # eviction, the kvpress golden) is run under the sanitizers by the small tests of the same
 # suites (ResumeFaults.FileSizeLimit..., ShardBound.ShardsMerge..., MergeTest.*,
-# EvalCli.*, CacheEval.*, OutputFaults.*), and in full by the release run of scripts/test.sh.
+# EvalCliTiny.* on the tiny model, CacheEval.*, OutputFaults.*), and in full by the release run of scripts/test.sh.
 # The compiler is $CXX/$CC (default: the system's, GCC on Debian). CUDA is off: the
 # sanitizers do not instrument device code. Suppressions: scripts/sanitize.supp.
 set -euo pipefail

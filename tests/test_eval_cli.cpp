@@ -12,13 +12,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "analysis/selection.h"
 #include "io/h5.h"
+#include "test_util.h"
 
 namespace {
 
@@ -52,10 +52,7 @@ fs::path tmp(const std::string& name) {
   return dir / name;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), {}};
-}
+using ckv::test::read_file;
 
 class EvalCli : public ::testing::Test {
  protected:
@@ -118,11 +115,11 @@ TEST_F(EvalCli, OutputsAgreeWithTheSelection) {
   EXPECT_GE(found, 2);
   }
   // CSV: a header and one row per record x run (texts may hold quoted newlines).
-  const std::string csv = slurp(out + ".csv");
+  const std::string csv = read_file(out + ".csv");
   size_t rows = 0;
   for (size_t at = csv.find("\n\"niah_"); at != std::string::npos; at = csv.find("\n\"niah_", at + 1)) ++rows;
   EXPECT_EQ(rows, 3u * 5u) << csv;
-  const nlohmann::json j = nlohmann::json::parse(slurp(out + ".json"));
+  const nlohmann::json j = nlohmann::json::parse(read_file(out + ".json"));
   EXPECT_EQ(j.at("records"), 3);
   ASSERT_EQ(j.at("by_method_budget").size(), 5u);
   EXPECT_EQ(j.at("by_method_budget")[0].at("method"), "full");
@@ -132,7 +129,7 @@ TEST_F(EvalCli, OutputsAgreeWithTheSelection) {
   // A resume of the finished file writes nothing new and leaves the CSV as it was.
   const CliRun again = run(eval_args() + "-o " + out + " --resume");
   ASSERT_EQ(again.status, 0) << again.out;
-  EXPECT_EQ(slurp(out + ".csv"), csv);
+  EXPECT_EQ(read_file(out + ".csv"), csv);
 
   // Two shards merged: the whole run's CSV, byte for byte.
   const std::string s0 = tmp("s0").string(), s1 = tmp("s1").string(), merged = tmp("merged").string();
@@ -140,7 +137,7 @@ TEST_F(EvalCli, OutputsAgreeWithTheSelection) {
   ASSERT_EQ(run(eval_args() + "--shard 1/2 -o " + s1 + " --force").status, 0);
   const CliRun m = run("merge " + merged + " " + s0 + ".h5 " + s1 + ".h5 --force", {});
   ASSERT_EQ(m.status, 0) << m.out;
-  EXPECT_EQ(slurp(merged + ".csv"), csv);
+  EXPECT_EQ(read_file(merged + ".csv"), csv);
   const CliRun info = run("info " + merged + ".h5", {});
   EXPECT_EQ(info.status, 0) << info.out;
 }
@@ -190,19 +187,19 @@ TEST(EvalCliTiny, WritesResumesAndMergesLikeTheDefaultModelRun) {
       }
     }
   }
-  const std::string csv = slurp(out + ".csv");
+  const std::string csv = read_file(out + ".csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 3 * 5) << csv;  // no text holds a newline
-  EXPECT_EQ(nlohmann::json::parse(slurp(out + ".json")).at("records"), 3);
+  EXPECT_EQ(nlohmann::json::parse(read_file(out + ".json")).at("records"), 3);
 
   ASSERT_EQ(run(args + "-o " + out + " --resume", kTinyModel).status, 0);
-  EXPECT_EQ(slurp(out + ".csv"), csv);
+  EXPECT_EQ(read_file(out + ".csv"), csv);
 
   const std::string s0 = tmp("tiny_s0").string(), s1 = tmp("tiny_s1").string(), merged = tmp("tiny_merged").string();
   ASSERT_EQ(run(args + "--shard 0/2 -o " + s0 + " --force", kTinyModel).status, 0);
   ASSERT_EQ(run(args + "--shard 1/2 -o " + s1 + " --force", kTinyModel).status, 0);
   const CliRun m = run("merge " + merged + " " + s0 + ".h5 " + s1 + ".h5 --force", {});
   ASSERT_EQ(m.status, 0) << m.out;
-  EXPECT_EQ(slurp(merged + ".csv"), csv);
+  EXPECT_EQ(read_file(merged + ".csv"), csv);
 }
 
 void expect_refused(const std::string& args, int status, const std::string& needle) {

@@ -1,0 +1,26 @@
+"""scripts/check_examples.py's skip rules: an example is skipped only for a stated reason."""
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("check_examples", ROOT / "scripts" / "check_examples.py")
+CE = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(CE)
+
+
+def test_a_long_run_is_skipped_only_when_its_comment_says_so():
+    assert "long run" in CE.skip_reason("ckv eval -i big.jsonl -o e  # (hours on 2 cores)")
+    assert "long run" in CE.skip_reason("ckv eval -i big.jsonl -o e  # (minutes: 15 on 2 cores)")
+    # A continued command is one line: the marker may close its last part.
+    assert "long run" in CE.skip_reason("ckv eval -i a.jsonl --budgets 0.1 -o e  # mean L1 (minutes: after the run above)")
+    # Without the comment, or with the word outside one, the example runs.
+    assert CE.skip_reason("ckv eval -i a.jsonl -o e") == ""
+    assert CE.skip_reason("ckv eval -i a.jsonl -o minutes") == ""
+    assert CE.skip_reason("ckv eval -i a.jsonl -o e  # takes minutes") == ""
+
+
+def test_the_marked_results_run_and_its_figure_are_the_skipped_pair():
+    doc = ROOT / "docs" / "RESULTS.md"
+    marked = [(n, c) for n, c in CE.examples(doc) if "long run" in CE.skip_reason(c)]
+    assert [c.split()[:2] for _, c in marked] == [["build/ckv", "eval"], ["/usr/bin/python3", "-m"]]
+    assert all("steps_1024" in c for _, c in marked)
