@@ -8,6 +8,9 @@ Writes, from one config and one seed, the same weights as
   q4_k_m  a GGUF file in llama.cpp's Q4_K_M mix (Q4_K, Q6_K for some tensors): the Q8_0 file
         requantised by llama.cpp's own quantiser through llama-cpp-python (needs it; much
         faster than q4_k for 30B-sized models, and the type mix a released Q4_K_M has)
+  q4_k_codes  a GGUF file, matrices Q4_K whose 4-bit codes are drawn directly (uniform codes,
+        one scale per tensor giving the config's std; no float weights are made): a 30B file
+        in minutes, for speed and memory benchmarks; the values differ from the other formats'
   f32   a GGUF file, everything F32 (small shapes only: a reference for the others)
 Norms, biases and rope_freqs are F32 in GGUF. GGUF files follow llama.cpp's converter:
 architecture `llama` for llama/mistral configs (q/k rows permuted as convert_hf_to_gguf
@@ -94,6 +97,24 @@ def quantize_q4_k(x):
     return out
 
 
+def q4_k_codes(rng, rows, cols, std):
+    """Q4_K rows [rows, cols/256 * 144] with uniform random codes q in 0..15 and every
+    sub-block scale and min at 32: x = d*32*q - dmin*32, with d and dmin chosen so that x has
+    mean 0 and standard deviation std (uniform q: mean 7.5, std sqrt(255/12))."""
+    nb = rows * (cols // QK_K)
+    d = np.float16(std / math.sqrt(255.0 / 12.0) / 32.0)
+    dmin = np.float16(float(d) * 7.5)
+    head = np.zeros(16, dtype=np.uint8)
+    head[0:2] = np.array([d]).view(np.uint8)
+    head[2:4] = np.array([dmin]).view(np.uint8)
+    head[4:8] = head[8:12] = 32 | ((32 >> 4) << 6)  # sc_0..3 / mn_0..3 = 32, top bits of sc/mn_4..7
+    head[12:16] = (32 & 15) | ((32 & 15) << 4)        # low nibbles of sc_4..7 and mn_4..7
+    out = np.empty((nb, 144), dtype=np.uint8)
+    out[:, :16] = head
+    out[:, 16:] = rng.integers(0, 256, size=(nb, 128), dtype=np.uint8)
+    return out.reshape(rows, -1)
+
+
 def q4_k_expected(x):
     """What the Q4_K encoding of x must dequantise to (for the self-check): the grid value
     nearest to x within each sub-block's representable range."""
@@ -125,6 +146,10 @@ def self_check():
         q8 = gguf.quants.quantize(x.reshape(-1, 256), T.Q8_0)
         y8 = gguf.quants.dequantize(q8, T.Q8_0).reshape(-1)
         print(f"Q8_0 scale {scale}: max abs err {np.abs(y8 - x).max():.3g}")
+    for std in (0.02, 1.0):
+        y = gguf.quants.dequantize(q4_k_codes(rng, 64, 2 * QK_K, std).reshape(-1), T.Q4_K)
+        assert abs(y.mean()) < 0.02 * std and abs(y.std() / std - 1) < 0.01, (y.mean(), y.std())
+        print(f"Q4_K codes std {std}: mean {y.mean():.3g}, std {y.std():.4g}")
     print("self-check ok")
 
 
@@ -328,7 +353,7 @@ def write_gguf(cfg, seed, path, fmt):
         w.add_expert_count(s["n_expert"])
         w.add_expert_used_count(s["top_k"])
         w.add_expert_feed_forward_length(s["d_ff_exp"])
-    qtype = {"q4_k": T.Q4_K, "q8_0": T.Q8_0, "f32": T.F32}[fmt]
+    qtype = {"q4_k": T.Q4_K, "q4_k_codes": T.Q4_K, "q8_0": T.Q8_0, "f32": T.F32}[fmt]
     rope = cfg.get("rope_scaling") or {}
     plan = []  # (gguf name, HF name, shape, stored type)
     if rope.get("rope_type", rope.get("type")) == "llama3":
@@ -352,6 +377,12 @@ def write_gguf(cfg, seed, path, fmt):
     for name, hf, shape, t in plan:
         if hf is None:
             w.write_tensor_data(llama3_rope_factors(cfg, s["d_head"]))
+            continue
+        if fmt == "q4_k_codes" and t == T.Q4_K:  # codes drawn directly, no float values
+            rows_total, cols = math.prod(shape[:-1]), shape[-1]
+            std = 1.0 if hf == "model.embed_tokens.weight" else 0.02 * math.sqrt(4096.0 / cols)
+            rng = np.random.Generator(np.random.PCG64([seed, zlib.crc32(hf.encode())]))
+            w.write_tensor_data(q4_k_codes(rng, rows_total, cols, std).reshape(*shape[:-1], -1))
             continue
         heads = None
         if arch == "llama" and (".q_proj." in hf or ".k_proj." in hf):
@@ -404,7 +435,7 @@ def requantize_q4_k_m(q8_path, path, threads):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", help="HF config.json")
-    ap.add_argument("--format", choices=["bf16", "q4_k", "q4_k_m", "q8_0", "f32"], help="what to write")
+    ap.add_argument("--format", choices=["bf16", "q4_k", "q4_k_codes", "q4_k_m", "q8_0", "f32"], help="what to write")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="q4_k_m: llama.cpp's quantiser threads")
     ap.add_argument("-o", "--output", help="GGUF file, or directory for bf16")
     ap.add_argument("--seed", type=int, default=0)
