@@ -11,6 +11,9 @@ the model load. Results are printed as a Markdown table (for docs/PERF.md) and a
         --python-llama /path/to/venv-llama/bin/python --python-hf /path/to/venv-ref/bin/python
 
   llama.cpp          Llama.eval(ids) (llama-cpp-python, n_batch 512)
+  llama.cpp-norepack the same without llama.cpp's extra buffer types (use_extra_bufts off: no
+                     repacking of the weights into its interleaved layouts, no AMX), which is
+                     faster than the default on some files (docs/PERF.md, Qwen3-30B-A3B)
   transformers       model(ids, use_cache=False, logits_to_keep=1), torch.float32
   transformers-bf16  the same with the model in torch.bfloat16
   ckv                ckv forward --tokens FILE --repeats R --timing-json -q
@@ -19,7 +22,8 @@ the model load. Results are printed as a Markdown table (for docs/PERF.md) and a
   ckv-eigen          the ckv binary given by --ckv-eigen (a build with -DCKV_ONEDNN=OFF): the
                      engine comparison of docs/PERF.md in one run
 
-Engines that are not installed are reported as missing and skipped. The CPU model and its
+Engines that are not installed are reported as missing and skipped. The "vs llama.cpp"
+columns divide by the faster of llama.cpp and llama.cpp-norepack where both ran. The CPU model and its
 vector flags (lscpu) and the load average before and after go into the output.
 """
 import argparse
@@ -43,8 +47,17 @@ def token_ids(n, vocab=49152, seed=0):
     return [rng.randrange(17, vocab) for _ in range(n)]
 
 
-def child_llamacpp(model, ids, threads, repeats):
+def child_llamacpp(model, ids, threads, repeats, repack=True):
+    import llama_cpp.llama_cpp as lib
     from llama_cpp import Llama
+    if not repack:  # Llama() takes its model parameters from this function of llama_cpp.llama_cpp
+        default_params = lib.llama_model_default_params
+
+        def no_extra_bufts():
+            params = default_params()
+            params.use_extra_bufts = False
+            return params
+        lib.llama_model_default_params = no_extra_bufts
     llm = Llama(model_path=model, n_ctx=len(ids) + 8, n_threads=threads, n_threads_batch=threads,
                 n_batch=512, n_ubatch=512, verbose=False)
     times, cpu = [], []
@@ -95,8 +108,8 @@ def run_child(args):
     engine, model, n, threads, repeats, binary = args.child
     n, threads, repeats = int(n), int(threads), int(repeats)
     ids = token_ids(n)
-    if engine == "llama.cpp":
-        times, cpu = child_llamacpp(model, ids, threads, repeats)
+    if engine in ("llama.cpp", "llama.cpp-norepack"):
+        times, cpu = child_llamacpp(model, ids, threads, repeats, repack=engine == "llama.cpp")
     elif engine in ("transformers", "transformers-bf16"):
         times, cpu = child_transformers(model, ids, threads, repeats, engine == "transformers-bf16")
     elif engine in ("ckv", "ckv+record", "ckv-bf16", "ckv-eigen"):
@@ -134,7 +147,8 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--ckv-eigen", help="a ckv built with -DCKV_ONEDNN=OFF, for the engine ckv-eigen")
     p.add_argument("--engines", nargs="+", default=["ckv", "ckv+record", "llama.cpp", "transformers"],
-                   choices=["ckv", "ckv+record", "ckv-bf16", "ckv-eigen", "llama.cpp", "transformers",
+                   choices=["ckv", "ckv+record", "ckv-bf16", "ckv-eigen", "llama.cpp", "llama.cpp-norepack",
+                            "transformers",
                             "transformers-bf16"])
     p.add_argument("--python-llama", default=sys.executable, help="python with llama_cpp")
     p.add_argument("--python-hf", default=sys.executable, help="python with torch/transformers/gguf")
@@ -150,7 +164,8 @@ def main():
     rows = []
     for n in args.lengths:
         for engine in args.engines:
-            python = {"llama.cpp": args.python_llama, "transformers": args.python_hf,
+            python = {"llama.cpp": args.python_llama, "llama.cpp-norepack": args.python_llama,
+                      "transformers": args.python_hf,
                       "transformers-bf16": args.python_hf}.get(engine, sys.executable)
             binary = args.ckv_eigen if engine == "ckv-eigen" else args.ckv
             cmd = [python, os.path.abspath(__file__), "--child", engine, args.model, str(n), str(args.threads),
@@ -174,10 +189,13 @@ def main():
           f"| tok per CPU-second | vs llama.cpp | peak RSS MiB |")
     print("|---:|---|---:|---:|---:|---:|---:|")
     for n, engines in sorted(by_n.items()):
-        ref = engines.get("llama.cpp", {})
+        # The reference is llama.cpp's faster configuration where both ran (per column).
+        peers = [engines[e] for e in ("llama.cpp", "llama.cpp-norepack") if e in engines]
+        ref = max((r["tok_per_s"] for r in peers), default=None)
+        cref = max((r["tok_per_cpu_s"] for r in peers), default=None)
         for name, r in engines.items():
-            ratio = f"{r['tok_per_s'] / ref['tok_per_s']:.2f}x" if ref else "n/a"
-            cratio = f"{r['tok_per_cpu_s'] / ref['tok_per_cpu_s']:.2f}x" if ref else "n/a"
+            ratio = f"{r['tok_per_s'] / ref:.2f}x" if ref else "n/a"
+            cratio = f"{r['tok_per_cpu_s'] / cref:.2f}x" if cref else "n/a"
             print(f"| {n} | {name} | {r['tok_per_s']:.1f} | {ratio} | {r['tok_per_cpu_s']:.1f} "
                   f"| {cratio} | {r['peak_rss_mib']:.0f} |")
     print(json.dumps({"threads": args.threads, "model": os.path.basename(args.model), "cpu": cpu_name,
