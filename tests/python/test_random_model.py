@@ -98,3 +98,23 @@ def test_sliding_window_is_reported(tmp_path):
     r = subprocess.run([BINARY, "info", "--model", str(model)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "sliding window 64 on 2 of 2 layers" in r.stdout, r.stdout
+
+
+def test_q4_k_codes_are_read_like_gguf_py(tmp_path):
+    # --format q4_k_codes (codes drawn directly, for the 30B benchmarks): ckv's W_O equals
+    # gguf-py's dequantisation bit for bit, the values have the std the script targets
+    # (0.02 * sqrt(4096 / fan_in)) and a mean near 0, and the forward pass stays finite.
+    path = make(tmp_path, "qwen3-30b-a3b.json", "q4_k_codes", "moe.gguf",
+                ["num_experts=8", "num_experts_per_tok=2", "moe_intermediate_size=256"])
+    got = dump(tmp_path, path, "moe")
+    reader = gguf.GGUFReader(str(path))
+    tensors = {x.name: x for x in reader.tensors}
+    t = tensors["blk.0.attn_output.weight"]
+    assert t.tensor_type.name == "Q4_K"
+    assert tensors["blk.0.ffn_gate_exps.weight"].tensor_type.name == "Q4_K"
+    ref = gguf.quants.dequantize(t.data, t.tensor_type)
+    assert np.array_equal(ref.view(np.uint32), got["wo"].view(np.uint32))
+    std = 0.02 * (4096 / ref.shape[1]) ** 0.5
+    assert abs(ref.std() / std - 1) < 0.02, ref.std()
+    assert abs(ref.mean()) < 0.02 * std, ref.mean()
+    assert np.isfinite(got["logits"]).all() and np.isfinite(got["q"]).all()
