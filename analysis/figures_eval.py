@@ -124,18 +124,23 @@ def logp_vs_l1(f: EvalFile, out_dir) -> Figure:
                   + ", ".join(f"{m} {rho[m]:.2f}" for m in f.methods) + ".")
 
 
-def along_answer(f: EvalFile) -> dict:
+def along_answer(f: EvalFile, layers=None) -> dict:
     """(method, fraction) -> {'steps': [S], 'l1', 'theta_hat', 'kl': means over the records
-    that reach each step}: `ckv eval --track-steps` (docs/EVAL.md "Along the answer"), each
-    record's value the mean over layers and heads, as ckv's JSON summary `along_answer`."""
+    that reach each step, 'records': how many do}: `ckv eval --track-steps` (docs/EVAL.md
+    "Along the answer"), each record's value the mean over layers and heads, as ckv's JSON
+    summary `along_answer`; with `layers` (model layer indices) the mean over those layers
+    only (the KL is the model's, whatever the layers)."""
     acc = {}
     for r in f.records:
         for run in r.runs[1:]:
             if "step_kl" not in run.steps:
                 continue
             a = acc.setdefault((run.method, run.fraction), {"l1": [], "theta_hat": [], "kl": []})
-            a["l1"].append(run.steps["step_l1"].reshape(len(run.steps["step_kl"]), -1).mean(axis=1))
-            a["theta_hat"].append(run.steps["step_theta_hat"].reshape(len(run.steps["step_kl"]), -1).mean(axis=1))
+            for name, key in (("l1", "step_l1"), ("theta_hat", "step_theta_hat")):
+                x = run.steps[key]                                # [step, layer, head]
+                if layers is not None:
+                    x = x[:, list(layers), :]
+                a[name].append(x.reshape(x.shape[0], -1).mean(axis=1))
             a["kl"].append(np.asarray(run.steps["step_kl"], float))
     out = {}
     for key, a in acc.items():

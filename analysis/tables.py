@@ -1,7 +1,15 @@
-"""Table 9 (bound tightness) and per-head statistics from a `ckv bound` output, as Markdown
-and LaTeX:
+"""Table 9 (bound tightness) and per-head statistics from a `ckv bound` output, and the
+perturbation along the answer from a `ckv eval --track-steps` output, as Markdown and LaTeX:
 
     /usr/bin/python3 -m analysis.tables bound.h5 [--method 'criticalkv(snapkv)'] [--latex]
+    /usr/bin/python3 -m analysis.tables steps.h5 [--layers all|global|local|0,5,11]
+
+Along the answer (docs/EVAL.md "Along the answer"): for each criticalkv(X) beside its X, per
+budget, the mean L1 at the first decoded token and over steps 2..n (n: the steps every record
+reaches), at how many of those n steps criticalkv's mean is below its base's, and the mean
+next-token KL over the n steps. `--layers global` / `local` keep the layers the file marks
+as full-attention / sliding-window (its `sliding_layers` attribute; Gemma 3's local layers
+hold only their window, so their L1 is not comparable with the global layers').
 
 Table 9 (docs/MATH.md §3, docs/BOUND.md): per budget, over the (record, layer, head) where both
 methods' S1 ≥ 1/2 (their count `heads`), the actual L1 of the criticalkv method (each head
@@ -17,8 +25,9 @@ import sys
 
 import numpy as np
 
-from .ckv_reader import BoundFile, open_ckv
+from .ckv_reader import BoundFile, EvalFile, open_ckv
 from .figures import _crit_pair
+from .figures_eval import along_answer
 
 TABLE9_COLUMNS = ["budget", "kept", "heads", "actual_L1", "our_bound_theta_hat", "prev_bound_theta_rel",
                   "ratio", "share_head_means_L_below_base", "share_L_below_base", "share_S1_holds"]
@@ -73,6 +82,56 @@ HEAD_HEADERS = {"layer": "Layer", "mean_reduction": "Mean L(base) − L(crit)", 
                 "max": "Max", "share_improved": "Heads improved"}
 
 
+ALONG_COLUMNS = ["budget", "base", "l1_step1", "l1_later", "steps_crit_lower", "kl_steps"]
+ALONG_HEADERS = {"budget": "budget", "base": "criticalkv of", "l1_step1": "L1 step 1: base → crit",
+                 "l1_later": "L1 steps 2–n (mean): base → crit", "steps_crit_lower": "steps where crit < base",
+                 "kl_steps": "KL over steps: base → crit"}
+
+
+def eval_layers(f: EvalFile, which: str):
+    """Model layer indices for --layers: None for all; 'global'/'local' from the file's
+    sliding_layers attribute; else a comma list."""
+    import json
+    if which == "all":
+        return None
+    n_layer = int(f.attrs["n_layer"])
+    sliding = set(json.loads(f.attrs.get("sliding_layers", "[]") or "[]"))
+    if which in ("global", "local"):
+        chosen = [l for l in range(n_layer) if (l in sliding) == (which == "local")]
+        if not chosen:
+            raise ValueError(f"{f.path}: no {which} layers (sliding layers: {sorted(sliding) or 'none'})")
+        return chosen
+    chosen = [int(x) for x in which.split(",")]
+    if any(l < 0 or l >= n_layer for l in chosen):
+        raise ValueError(f"--layers {which}: the model has layers 0-{n_layer - 1}")
+    return chosen
+
+
+def along_answer_pairs(f: EvalFile, layers=None) -> tuple:
+    """(n, rows): each criticalkv(X) run beside its X per budget, over the first n steps
+    (the steps every record's answer reaches), one dict per pair with ALONG_COLUMNS."""
+    curves = along_answer(f, layers)
+    if not curves:
+        raise ValueError(f"{f.path}: no run has --track-steps data (run ckv eval --track-steps N)")
+    total = max(int(c["records"].max()) for c in curves.values())
+    n = min(int(np.sum(c["records"] >= total)) for c in curves.values())
+    rows = []
+    for (method, frac), crit in sorted(curves.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if not (method.startswith("criticalkv(") and method.endswith(")")):
+            continue
+        base = curves.get((method[len("criticalkv("):-1], frac))
+        if base is None:
+            continue
+        b, c = base["l1"][:n], crit["l1"][:n]
+        later = (f"{b[1:].mean():.2f} → {c[1:].mean():.2f} ({100 * (c[1:].mean() / b[1:].mean() - 1):+.1f} %)"
+                 if n > 1 else "—")
+        rows.append({"budget": f"{100 * frac:g} %", "base": method[len("criticalkv("):-1],
+                     "l1_step1": f"{b[0]:.2f} → {c[0]:.2f} ({100 * (c[0] / b[0] - 1):+.1f} %)",
+                     "l1_later": later, "steps_crit_lower": f"{int(np.sum(c < b))} of {n}",
+                     "kl_steps": f"{base['kl'][:n].mean():.3f} → {crit['kl'][:n].mean():.3f}"})
+    return n, rows
+
+
 def _fmt(v, col):
     if isinstance(v, (str, int)):
         return str(v)
@@ -121,10 +180,18 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input")
     p.add_argument("--method", default=None)
+    p.add_argument("--layers", default="all", help="eval --track-steps: all, global, local or a list")
     p.add_argument("--latex", action="store_true")
     a = p.parse_args(argv)
     try:
         f = open_ckv(a.input)
+        if isinstance(f, EvalFile):
+            n, rows = along_answer_pairs(f, eval_layers(f, a.layers))
+            cap = (f"Mean L1 along the answer, {len(f.records)} records, first {n} steps, "
+                   f"layers: {a.layers}")
+            print(to_latex(rows, ALONG_COLUMNS, ALONG_HEADERS, cap) if a.latex
+                  else f"{cap}\n\n" + to_markdown(rows, ALONG_COLUMNS, ALONG_HEADERS))
+            return 0
         crit, base, rows = table9(f, a.method)
     except (KeyError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -155,6 +155,40 @@ def test_along_answer_draws_the_summary_and_step_one_is_the_first_token(run, tmp
             np.testing.assert_allclose(drawn["records"], want["records"])
 
 
+def test_along_answer_table_per_layer_subset(run):
+    # analysis.tables on an eval --track-steps file: each criticalkv(X) beside X over the
+    # steps every record reaches, L1 averaged over the chosen layers, recomputed here from h5py.
+    from analysis import tables as T
+    tmp, _ = run
+    f = open_ckv(tmp / "eval.h5")
+    layers = [0, 7, 29]
+    n, rows = T.along_answer_pairs(f, layers)
+    with h5py.File(tmp / "eval.h5", "r") as h:
+        groups = list(h["records"].values())
+        assert n == min(g["step_tokens"].size for g in groups)
+        for b in BUDGETS:
+            row = next(r for r in rows if r["budget"] == f"{100 * b:g} %")
+            mean = {}
+            for m in METHODS:
+                per_rec = []
+                for g in groups:
+                    k = next(k for k in g["runs"] if g[f"runs/{k}"].attrs["method"] in (m, m.encode())
+                             and abs(g[f"runs/{k}"].attrs["fraction"] - b) < 1e-12)
+                    per_rec.append(g[f"runs/{k}/step_l1"][()][:n][:, layers, :].mean(axis=(1, 2)))
+                mean[m] = np.mean(per_rec, axis=0)
+            base, crit = mean["snapkv"], mean["criticalkv(snapkv)"]
+            assert row["base"] == "snapkv"
+            assert row["l1_step1"].startswith(f"{base[0]:.2f} → {crit[0]:.2f}")
+            assert row["steps_crit_lower"] == f"{int(np.sum(crit < base))} of {n}"
+            if n > 1:
+                assert row["l1_later"].startswith(f"{base[1:].mean():.2f} → {crit[1:].mean():.2f}")
+    assert T.eval_layers(f, "all") is None
+    with pytest.raises(ValueError, match="no local layers"):
+        T.eval_layers(f, "local")  # SmolLM2 has no sliding layers
+    assert T.eval_layers(f, "global") == list(range(int(f.attrs["n_layer"])))
+    assert T.main([str(tmp / "eval.h5"), "--layers", "0,7,29"]) == 0
+
+
 def test_spearman_matches_definition():
     # average ranks for ties: x ranks [1, 2.5, 2.5, 4], y ranks [4, 3, 2, 1]
     x, y = [1.0, 2.0, 2.0, 5.0], [9.0, 3.0, 2.0, 1.0]
