@@ -43,7 +43,7 @@ COMMANDS = ("build/ckv ", "ckv ", "scripts/", "python3 ", "/usr/bin/python3 ", "
 SKIPS = [
     ("needs a Slurm cluster", re.compile(r"sbatch|squeue|srun|scripts/slurm/|\bless run1/|tests/slurm/")),
     ("needs a model that is not here", re.compile(r"path/to/|(^|\s)(-m|--model)\s+(M|model\.gguf|MODEL\S*)(\s|$)"
-                                                    r"|(^|\s)-m\s+\S*(llama|Llama|mistral|Qwen|qwen)\S*")),
+                                                    r"|(^|\s)-m\s+\S*(llama|Llama|mistral|Qwen|qwen|gemma)\S*")),
     ("a template with placeholders", re.compile(r"\b(FILE|PREFIX|INPUT|NAME|DIR|BASE|CRIT|RUN|OUT|LAYER|HEAD|"
                                                 r"RECORDS|SHARD|F)\b(\.\w+)?|\[[^\]]*\]|\s\.\.\.(\s|$)|<[a-z_]+>|"
                                                 r"\w\|\w")),
