@@ -5,12 +5,12 @@
 #include <string>
 
 #include "test_dump_util.h"
+#include "test_util.h"
 
 namespace ckv::test {
 
-inline const std::string kHostileData = CKV_TEST_DATA_DIR;
 // 2 layers, 4 heads, 2 KV heads, context 256
-inline const std::string kTiny = kHostileData + "/models/tiny_llama_gqa";
+inline const std::string kTiny = (kTestData / "models" / "tiny_llama_gqa").string();
 
 inline void expect_one_error_line(const RunResult& r, int exit_code, const std::string& needle) {
   EXPECT_EQ(r.exit_code, exit_code) << r.output;

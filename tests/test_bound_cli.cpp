@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/h5.h"
+#include "test_util.h"
 
 namespace {
 
@@ -105,16 +106,12 @@ TEST(BoundCli, ResumeOfAFinishedOutputRewritesTheSameSummaries) {
   const std::string args = "bound " + input + " --window 8";
   const CliRun first = run(args + " --force");
   ASSERT_EQ(first.status, 0) << first.out;
-  auto slurp = [](const std::string& p) {
-    std::ifstream in(p);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  const std::string csv = slurp(out + ".csv");
+  const std::string csv = ckv::test::read_file(out + ".csv");
   EXPECT_NE(csv.find("\n0,\"snapkv\","), std::string::npos) << csv.substr(0, 300);
   expect_refused(args, "output exists");
   const CliRun again = run(args + " --resume");
   ASSERT_EQ(again.status, 0) << again.out;
-  EXPECT_EQ(slurp(out + ".csv"), csv);
+  EXPECT_EQ(ckv::test::read_file(out + ".csv"), csv);
   EXPECT_EQ(ckv::h5::File::open_read(out + ".h5").attr_string("shard"), "0/1");
   expect_refused("bound " + input + " --window 9 --resume", "different settings: window");
   expect_refused("check " + input + " --window 8 --resume", "--resume of a `ckv bound` output with `ckv check`");
@@ -136,11 +133,6 @@ TEST(BoundCli, RefusesDumpOfAnotherModel) {
                  "--eval first-decode: a dump holds no next token");
 }
 
-std::string file_text(const std::string& path) {
-  std::ifstream f(path);
-  return {std::istreambuf_iterator<char>(f), {}};
-}
-
 // A dump that holds W_O (--what ...,wo) carries its model: bound --dump without --model gives
 // the numbers bound --dump --model gives, on every family feature the analysis reads (GQA,
 // GGUF rope_freqs, longrope past the original context, Gemma 3's local RoPE base and
@@ -160,9 +152,9 @@ TEST(BoundCli, ADumpThatHoldsWoIsAnalysedWithoutItsModel) {
     ASSERT_EQ(with.status, 0) << with.out;
     const CliRun free = run("bound" + args + tmp_prefix("free"));
     ASSERT_EQ(free.status, 0) << free.out;
-    const std::string csv = file_text(tmp_prefix("with") + ".csv");
+    const std::string csv = ckv::test::read_file(tmp_prefix("with") + ".csv");
     EXPECT_GT(std::count(csv.begin(), csv.end(), '\n'), 10);
-    EXPECT_EQ(file_text(tmp_prefix("free") + ".csv"), csv);
+    EXPECT_EQ(ckv::test::read_file(tmp_prefix("free") + ".csv"), csv);
     const auto sha = [&](const std::string& p) { return ckv::h5::File::open_read(p + ".h5").attr_string("model_sha256"); };
     EXPECT_EQ(sha(tmp_prefix("free")), sha(tmp_prefix("with")));
   }
@@ -177,7 +169,7 @@ TEST(BoundCli, PercentBudgetsAreShownAsGiven) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.find("2000%"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("       20%"), std::string::npos) << r.out;
-  const std::string summary = file_text(out + ".json");
+  const std::string summary = ckv::test::read_file(out + ".json");
   EXPECT_NE(summary.find("\"budget\": \"20%\""), std::string::npos) << summary;
   EXPECT_NE(summary.find("\"fraction\": 0.2"), std::string::npos) << summary;
 }

@@ -347,7 +347,7 @@ TEST(HostileHangs, SpansAtWordStartsEqualPrefixTokenisation) {
 // A copy of the tiny tied model with `fill` applied to one tensor's float32 data.
 fs::path patched_model(const fs::path& dir, const std::string& tensor, float value) {
   const fs::path m = dir / "m";
-  fs::copy(kHostileData + "/models/tiny_llama_tied", m, fs::copy_options::recursive);
+  fs::copy(kTestData / "models" / "tiny_llama_tied", m, fs::copy_options::recursive);
   std::fstream f(m / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
   uint64_t n = 0;
   f.read(reinterpret_cast<char*>(&n), 8);
