@@ -90,18 +90,20 @@ ALONG_HEADERS = {"budget": "budget", "base": "criticalkv of", "l1_step1": "L1 st
 
 def eval_layers(f: EvalFile, which: str):
     """Model layer indices for --layers: None for all; 'global'/'local' from the file's
-    sliding_layers attribute; else a comma list."""
-    import json
+    sliding layers; else a comma list."""
     if which == "all":
         return None
     n_layer = int(f.attrs["n_layer"])
-    sliding = set(json.loads(f.attrs.get("sliding_layers", "[]") or "[]"))
+    sliding = set(f.sliding_layers)
     if which in ("global", "local"):
         chosen = [l for l in range(n_layer) if (l in sliding) == (which == "local")]
         if not chosen:
             raise ValueError(f"{f.path}: no {which} layers (sliding layers: {sorted(sliding) or 'none'})")
         return chosen
-    chosen = [int(x) for x in which.split(",")]
+    try:
+        chosen = [int(x) for x in which.split(",")]
+    except ValueError:
+        raise ValueError(f"--layers {which!r}: all, global, local or a comma list of layer indices") from None
     if any(l < 0 or l >= n_layer for l in chosen):
         raise ValueError(f"--layers {which}: the model has layers 0-{n_layer - 1}")
     return chosen
@@ -116,20 +118,22 @@ def along_answer_pairs(f: EvalFile, layers=None) -> tuple:
     total = max(int(c["records"].max()) for c in curves.values())
     n = min(int(np.sum(c["records"] >= total)) for c in curves.values())
     rows = []
-    for (method, frac), crit in sorted(curves.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        if not (method.startswith("criticalkv(") and method.endswith(")")):
-            continue
-        base = curves.get((method[len("criticalkv("):-1], frac))
-        if base is None:
-            continue
-        b, c = base["l1"][:n], crit["l1"][:n]
-        later = (f"{b[1:].mean():.2f} → {c[1:].mean():.2f} ({100 * (c[1:].mean() / b[1:].mean() - 1):+.1f} %)"
-                 if n > 1 else "—")
-        rows.append({"budget": f"{100 * frac:g} %", "base": method[len("criticalkv("):-1],
-                     "l1_step1": f"{b[0]:.2f} → {c[0]:.2f} ({100 * (c[0] / b[0] - 1):+.1f} %)",
-                     "l1_later": later, "steps_crit_lower": f"{int(np.sum(c < b))} of {n}",
-                     "kl_steps": f"{base['kl'][:n].mean():.3f} → {crit['kl'][:n].mean():.3f}"})
+    for frac in sorted({frac for _, frac in curves}):
+        for crit_name, base_name in f.base_pairs:
+            if (crit_name, frac) not in curves or (base_name, frac) not in curves:
+                continue
+            rows.append(_along_row(curves[(base_name, frac)], curves[(crit_name, frac)], base_name, frac, n))
     return n, rows
+
+
+def _along_row(base, crit, base_name, frac, n) -> dict:
+    b, c = base["l1"][:n], crit["l1"][:n]
+    later = (f"{b[1:].mean():.2f} → {c[1:].mean():.2f} ({100 * (c[1:].mean() / b[1:].mean() - 1):+.1f} %)"
+             if n > 1 else "—")
+    return {"budget": f"{100 * frac:g} %", "base": base_name,
+            "l1_step1": f"{b[0]:.2f} → {c[0]:.2f} ({100 * (c[0] / b[0] - 1):+.1f} %)",
+            "l1_later": later, "steps_crit_lower": f"{int(np.sum(c < b))} of {n}",
+            "kl_steps": f"{base['kl'][:n].mean():.3f} → {crit['kl'][:n].mean():.3f}"}
 
 
 def _fmt(v, col):

@@ -59,6 +59,18 @@ def _attrs(obj) -> dict:
     return {k: _str(v) for k, v in obj.attrs.items()}
 
 
+def criticalkv_pairs(methods) -> list:
+    """(criticalkv method, its base method) for each criticalkv(X) of `methods` whose X is
+    among them too, in their order."""
+    out = []
+    for m in methods:
+        if m.startswith("criticalkv(") and m.endswith(")"):
+            base = m[len("criticalkv("):-1]
+            if base in methods:
+                out.append((m, base))
+    return out
+
+
 @dataclass
 class CkvFile:
     """Common part: path, schema, provenance (the root attributes) and settings."""
@@ -71,6 +83,12 @@ class CkvFile:
     @property
     def command_line(self) -> str:
         return self.attrs.get("command_line", "")
+
+    @property
+    def sliding_layers(self) -> list:
+        """The model layers with a sliding window (the root's `sliding_layers`, JSON), [] for
+        a model without; the other layers attend over every entry."""
+        return [int(x) for x in json.loads(self.attrs.get("sliding_layers", "[]") or "[]")]
 
     @property
     def model(self) -> str:
@@ -170,13 +188,7 @@ class BoundFile(CkvFile):
     @property
     def base_pairs(self) -> list:
         """(criticalkv method, its base method) for each criticalkv(X) whose X is present."""
-        out = []
-        for m in self.methods:
-            if m.startswith("criticalkv(") and m.endswith(")"):
-                base = m[len("criticalkv("):-1]
-                if base in self.methods:
-                    out.append((m, base))
-        return out
+        return criticalkv_pairs(self.methods)
 
 
 @dataclass
@@ -295,6 +307,11 @@ class EvalFile(CkvFile):
     methods: list = field(default_factory=list)
     budgets: list = field(default_factory=list)   # fractions: the root's budget_fractions
     records: list = field(default_factory=list)   # [EvalRecord] in input order
+
+    @property
+    def base_pairs(self) -> list:
+        """(criticalkv method, its base method) for each criticalkv(X) whose X is present."""
+        return criticalkv_pairs(self.methods)
 
 
 def _complete(group) -> bool:
