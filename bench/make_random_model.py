@@ -219,10 +219,21 @@ def hf_tensors(cfg):
     return out
 
 
+def tensor_rng(seed, name):
+    """The one random stream of a tensor: a function of (seed, HF name) alone."""
+    return np.random.Generator(np.random.PCG64([seed, zlib.crc32(name.encode())]))
+
+
+def matrix_std(name, cols):
+    """Standard deviation of a matrix's values: 0.02 * sqrt(4096 / fan_in), the embeddings 1."""
+    # embeddings of unit scale so the first RMSNorm sees ordinary inputs
+    return 1.0 if name == "model.embed_tokens.weight" else 0.02 * math.sqrt(4096.0 / cols)
+
+
 def tensor_chunks(seed, name, shape):
     """The float32 values of one tensor, in row chunks of at most 4M elements (the chunking
     depends on the shape only): a function of (seed, name, shape) alone."""
-    rng = np.random.Generator(np.random.PCG64([seed, zlib.crc32(name.encode())]))
+    rng = tensor_rng(seed, name)
     if len(shape) == 1:
         x = 0.02 * rng.standard_normal(shape, dtype=np.float32)
         if name.endswith("norm.weight") or "layernorm" in name:
@@ -231,9 +242,7 @@ def tensor_chunks(seed, name, shape):
         return
     # A stacked expert tensor [n_expert, rows, cols] comes as its n_expert * rows rows.
     total, cols = math.prod(shape[:-1]), shape[-1]
-    std = 0.02 * math.sqrt(4096.0 / cols)
-    if name == "model.embed_tokens.weight":
-        std = 1.0  # embeddings of unit scale so the first RMSNorm sees ordinary inputs
+    std = matrix_std(name, cols)
     rows = max(1, (1 << 22) // cols)
     for begin in range(0, total, rows):
         x = rng.standard_normal((min(rows, total - begin), cols), dtype=np.float32)
@@ -380,9 +389,8 @@ def write_gguf(cfg, seed, path, fmt):
             continue
         if fmt == "q4_k_codes" and t == T.Q4_K:  # codes drawn directly, no float values
             rows_total, cols = math.prod(shape[:-1]), shape[-1]
-            std = 1.0 if hf == "model.embed_tokens.weight" else 0.02 * math.sqrt(4096.0 / cols)
-            rng = np.random.Generator(np.random.PCG64([seed, zlib.crc32(hf.encode())]))
-            w.write_tensor_data(q4_k_codes(rng, rows_total, cols, std).reshape(*shape[:-1], -1))
+            codes = q4_k_codes(tensor_rng(seed, hf), rows_total, cols, matrix_std(hf, cols))
+            w.write_tensor_data(codes.reshape(*shape[:-1], -1))
             continue
         heads = None
         if arch == "llama" and (".q_proj." in hf or ".k_proj." in hf):
