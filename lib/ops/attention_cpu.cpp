@@ -57,35 +57,44 @@ float max_lanes(const Packet& p) {
   return max;
 }
 
-// Keys [j0, j1) of k: [keys, d] row-major -> those columns of kt: [d, stride], zeros for the
-// columns at or after `keys`. Square blocks of kLanes x kLanes in registers, the ragged edges
-// one element at a time. j0 is a multiple of kLanes.
-void transpose_keys(const float* k, int64_t keys, int64_t d, int64_t j0, int64_t j1, float* kt, int64_t stride) {
+// K^T is stored in panels of kKeyTile keys, each [d, kKeyTile] contiguous: a logits tile
+// reads its keys' d x kKeyTile values one after the other. (Row-major [d, keys] had every
+// column of a tile one K^T row, keys * 4 bytes, after the last: at 1024 and more keys those
+// rows fall in the same L1 set and the tile's panel did not stay in L1; the panels made
+// Gemma 3's and Llama's attention faster, docs/PERF.md "Attention kernel".)
+// Where element (c, j) of K^T [d, keys] lives.
+inline int64_t kt_index(int64_t d, int64_t c, int64_t j) {
+  return j / kKeyTile * d * kKeyTile + c * kKeyTile + j % kKeyTile;
+}
+
+// Keys [j0, j1) of k: [keys, d] row-major -> those columns of kt (panels), zeros for the
+// columns at or after `keys`. Square blocks of kLanes x kLanes in registers, the ragged
+// edges one element at a time. j0 is a multiple of kLanes.
+void transpose_keys(const float* k, int64_t keys, int64_t d, int64_t j0, int64_t j1, float* kt) {
   const int64_t full_keys = std::min(j1, keys) / kLanes * kLanes, full_d = d / kLanes * kLanes;
   LaneBlock block;
   for (int64_t j = j0; j < full_keys; j += kLanes)
     for (int64_t c = 0; c < full_d; c += kLanes) {
       for (int64_t i = 0; i < kLanes; ++i) block.packet[i] = ei::ploadu<Packet>(k + (j + i) * d + c);
       ei::ptranspose(block);
-      for (int64_t i = 0; i < kLanes; ++i) ei::pstoreu(kt + (c + i) * stride + j, block.packet[i]);
+      for (int64_t i = 0; i < kLanes; ++i) ei::pstoreu(kt + kt_index(d, c + i, j), block.packet[i]);
     }
   for (int64_t c = 0; c < d; ++c) {
-    float* row = kt + c * stride;
-    for (int64_t j = c < full_d ? std::max(j0, full_keys) : j0; j < std::min(j1, keys); ++j) row[j] = k[j * d + c];
-    for (int64_t j = std::max(j0, keys); j < j1; ++j) row[j] = 0.0f;
+    for (int64_t j = c < full_d ? std::max(j0, full_keys) : j0; j < std::min(j1, keys); ++j)
+      kt[kt_index(d, c, j)] = k[j * d + c];
+    for (int64_t j = std::max(j0, keys); j < j1; ++j) kt[kt_index(d, c, j)] = 0.0f;
   }
 }
 
 // s[r, j0 + ...] = scale * sum_c q[r, c] kt[c, j0 + ...] for R query rows and the kKeyTile
-// keys from j0.
+// keys from j0 (a multiple of kKeyTile).
 template <int R>
-void score_tile(const float* q, int64_t d, const float* kt, int64_t kt_stride, int64_t j0, float scale,
-                float* s, int64_t s_stride) {
+void score_tile(const float* q, int64_t d, const float* kt, int64_t j0, float scale, float* s, int64_t s_stride) {
   Packet acc[R][kScorePackets];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < kScorePackets; ++p) acc[r][p] = ei::pset1<Packet>(0.0f);
-  const float* b = kt + j0;
-  for (int64_t c = 0; c < d; ++c, b += kt_stride) {
+  const float* b = kt + kt_index(d, 0, j0);
+  for (int64_t c = 0; c < d; ++c, b += kKeyTile) {
     Packet bp[kScorePackets];
     for (int p = 0; p < kScorePackets; ++p) bp[p] = ei::ploadu<Packet>(b + p * kLanes);
     for (int r = 0; r < R; ++r) {
@@ -200,8 +209,7 @@ void logits_direct(const float* q, int64_t d, const float* k, int64_t n, float s
 struct Block {
   const float* q;        // [rows, d]
   int64_t rows, d;
-  const float* kt;       // K^T of the KV head, [d, kt_stride]; null: logits_direct from k
-  int64_t kt_stride;
+  const float* kt;       // K^T of the KV head in panels (kt_index); null: logits_direct from k
   const float* k;        // [keys, d], read when kt is null
   const float* v;        // [keys, d]
   const int64_t* visible;  // [rows], nondecreasing: row i attends to keys [0, visible[i])
@@ -231,7 +239,7 @@ Block shift_keys(const Block& b) {
     bounds[static_cast<size_t>(b.rows + r)] = b.first[r] - base;
   }
   Block s = b;
-  s.kt = b.kt == nullptr ? nullptr : b.kt + base;
+  s.kt = b.kt == nullptr ? nullptr : b.kt + kt_index(b.d, 0, base);
   s.k = b.k == nullptr ? nullptr : b.k + base * b.d;
   s.v = b.v + base * b.d;
   s.visible = bounds.data();
@@ -262,9 +270,9 @@ void attend_block(const Block& unshifted, EditLogits&& edit_logits, OnRow&& on_r
     int64_t i = 0;
     for (; i + kScoreRows <= b.rows; i += kScoreRows)
       if (j0 < b.visible[i + kScoreRows - 1])
-        score_tile<kScoreRows>(b.q + i * b.d, b.d, b.kt, b.kt_stride, j0, b.scale, s + i * stride, stride);
+        score_tile<kScoreRows>(b.q + i * b.d, b.d, b.kt, j0, b.scale, s + i * stride, stride);
     for (; i < b.rows; ++i)
-      if (j0 < b.visible[i]) score_tile<1>(b.q + i * b.d, b.d, b.kt, b.kt_stride, j0, b.scale, s + i * stride, stride);
+      if (j0 < b.visible[i]) score_tile<1>(b.q + i * b.d, b.d, b.kt, j0, b.scale, s + i * stride, stride);
   }
   if (b.first != nullptr)  // keys before a row's window
     for (int64_t r = 0; r < b.rows; ++r) std::fill(s + r * stride, s + r * stride + b.first[r], kNegInf);
@@ -307,7 +315,7 @@ const float* transpose_heads(int64_t n_kv_head, int64_t d, int64_t stride, Threa
   pool.parallel_for(n_kv_head * blocks, [&](int64_t task) {
     const int64_t g = task / blocks, j0 = task % blocks * kKeys;
     const auto [k, count] = keys_of(g);
-    transpose_keys(k, count, d, j0, std::min(stride, j0 + kKeys), kt + g * d * stride, stride);
+    transpose_keys(k, count, d, j0, std::min(stride, j0 + kKeys), kt + g * d * stride);
   });
   return kt;
 }
@@ -357,7 +365,6 @@ void causal_attention_cpu(const float* q, const float* k, const float* v, float*
                     .rows = r1 - r0,
                     .d = d,
                     .kt = kt + g * d * kt_stride,
-                    .kt_stride = kt_stride,
                     .k = nullptr,
                     .v = v + g * seq * d,
                     .visible = positions.data() + r0,
@@ -414,7 +421,6 @@ void cached_attention_cpu(const float* q, int64_t n_head, int64_t rows, int64_t 
                     .rows = r1 - r0,
                     .d = d,
                     .kt = direct ? nullptr : kt + g * d * kt_stride,
-                    .kt_stride = kt_stride,
                     .k = heads[static_cast<size_t>(g)].k,
                     .v = heads[static_cast<size_t>(g)].v,
                     .visible = seen.data() + g * rows + r0,

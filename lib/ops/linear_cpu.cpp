@@ -98,8 +98,11 @@ int64_t linear_column_chunk(int64_t out, int64_t in) {
 void linear_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const float* bias,
                 float* y, int64_t y_stride, int64_t rows, ThreadPool& pool, ComputeDType compute) {
   // A float32 weight read in place gains nothing from the fused kernel: Eigen's product
-  // streams it faster (bench/bench_linear.cpp, docs/PERF.md "Decode").
-  if (compute == ComputeDType::F32 && rows <= kLinearFewRows && w.f32_rows(0) == nullptr)
+  // streams it faster (bench/bench_linear.cpp, docs/PERF.md "Decode"). Decode-sized calls
+  // take the fused float32 path under --compute-dtype bf16 too: a tile converted for a few
+  // rows costs more than the product (a prefill's one-row lm_head over Gemma 3's 262K
+  // vocabulary was a fifth of its bf16 prefill, docs/PERF.md "Gemma 3 270M prefill").
+  if (rows <= kLinearFewRows && w.f32_rows(0) == nullptr)
     linear_few_rows_cpu(x, x_stride, w, bias, y, y_stride, rows, pool);
   else
     linear_tiled_cpu(x, x_stride, w, bias, y, y_stride, rows, pool, compute);
@@ -216,16 +219,30 @@ const float* f32_tile(const WeightMatrix& w, int64_t begin, int64_t width) {
   return scratch.data();
 }
 
-// dst[i] = src[i] rounded to the nearest bfloat16 (ties to even), held as float32: the value
-// Eigen's float -> bfloat16 cast gives, NaN as Eigen's quiet NaN of the same sign. One
-// branch-free loop the compiler vectorises (Eigen's cast is scalar here).
+// The bits of x rounded to the nearest bfloat16 (ties to even), NaN as Eigen's quiet NaN of
+// the same sign: the value Eigen's float -> bfloat16 cast gives. Branch-free, so the loops
+// below vectorise (Eigen's cast is scalar here: it was a seventh of a bf16 prefill).
+inline uint32_t bf16_rounded_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const uint32_t nan = (u & 0x80000000u) | 0x7fc00000u;
+  return (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+}
+
+// dst[i] = src[i] rounded to the nearest bfloat16, held as float32.
 void round_to_bf16_values(const float* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, src + i, sizeof u);
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    const uint32_t nan = (u & 0x80000000u) | 0x7fc00000u;
-    const uint32_t bits = (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+    const uint32_t bits = bf16_rounded_bits(src[i]);
+    std::memcpy(dst + i, &bits, sizeof bits);
+  }
+}
+
+// dst[i] = src[i] rounded to the nearest bfloat16.
+void round_to_bf16(const float* src, Eigen::bfloat16* dst, int64_t n) {
+  static_assert(sizeof(Eigen::bfloat16) == sizeof(uint16_t));
+  for (int64_t i = 0; i < n; ++i) {
+    const auto bits = static_cast<uint16_t>(bf16_rounded_bits(src[i]) >> 16);
     std::memcpy(dst + i, &bits, sizeof bits);
   }
 }
@@ -323,17 +340,14 @@ void linear_tiled_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, c
   Eigen::bfloat16* xb = x_bf16.data();
   pool.parallel_for((rows + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t t) {
     const int64_t r0 = t * kRowsPerTask, n = std::min(kRowsPerTask, rows - r0);
-    const Eigen::Map<const RowMatrix, 0, Stride> src(x + r0 * x_stride, n, in, Stride(x_stride));
-    Eigen::Map<Eigen::Matrix<Eigen::bfloat16, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
-        xb + r0 * in, n, in) = src.cast<Eigen::bfloat16>();
+    for (int64_t r = r0; r < r0 + n; ++r) round_to_bf16(x + r * x_stride, xb + r * in, in);
   });
   pool.parallel_for(chunks, [&](int64_t c) {
     const int64_t begin = c * chunk, width = std::min(chunk, out - begin);
     const float* tile = f32_tile(w, begin, width);
     thread_local std::vector<Eigen::bfloat16> tile_bf16;
     tile_bf16.resize(static_cast<size_t>(width * in));
-    Eigen::Map<Eigen::Array<Eigen::bfloat16, Eigen::Dynamic, 1>>(tile_bf16.data(), width * in) =
-        Eigen::Map<const Eigen::ArrayXf>(tile, width * in).cast<Eigen::bfloat16>();
+    round_to_bf16(tile, tile_bf16.data(), width * in);
     gemm_bf16(xb, tile_bf16.data(), width, in, y + begin, y_stride, rows);
     add_bias(bias == nullptr ? nullptr : bias + begin, y + begin, y_stride, rows, width);
   });
