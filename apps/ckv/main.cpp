@@ -58,7 +58,8 @@ void add_compute_option(CLI::App& cmd, GlobalOptions& g) {
   // while the flag says bf16.
   cmd.add_option("--compute-dtype", g.compute,
                  "Arithmetic of the linear layers: f32 (default), or bf16 (x and weights rounded "
-                 "to bfloat16, float32 sums; needs a build with oneDNN; docs/PERF.md gives its error)")
+                 "to bfloat16, float32 sums, in products of more than 8 rows; needs a build with "
+                 "oneDNN; docs/PERF.md gives its error)")
       ->transform(CLI::Validator(
           [](std::string& value) -> std::string {
             for (const ComputeDType d : {ComputeDType::F32, ComputeDType::BF16}) {

@@ -32,8 +32,10 @@ std::string_view device_name(Device device);  // "cpu", "cuda"
 
 // The arithmetic of the linear layers (the CLI's --compute-dtype). F32: float32 products and
 // sums (the default; fidelity). BF16: x and each weight tile rounded to bfloat16 (8
-// significant bits, round to nearest even), products summed in float32, output float32; only
-// in a build with oneDNN (its bf16 matmul), see compute_dtype_available().
+// significant bits, round to nearest even), products summed in float32, output float32, in
+// every product over more than kLinearFewRows rows (ops/linear.h: those of at most that many,
+// decoding and a prefill's last-row logits, stay float32); only in a build with oneDNN (its
+// bf16 matmul), see compute_dtype_available().
 enum class ComputeDType { F32, BF16 };
 std::string_view compute_dtype_name(ComputeDType dtype);  // "f32", "bf16"
 // Whether this build can run `dtype` (F32 always; BF16 with oneDNN).

@@ -40,9 +40,10 @@ std::string_view bf16_kernel_name(Bf16Kernel kernel = bf16_kernel());
 //    by rounding only: |y - y_f32| <= 2 * (in + 1) * 2^-24 * (sum_i |x_i w_i| + |b|) (the
 //    two orders' error bounds added; tests/test_linear_few_rows.cpp checks it for every
 //    dtype). A row's result does not depend on the other rows of the call either.
-// With the context's compute ComputeDType::BF16 every call takes the tiled path with bf16 x
-// and tiles (the fused path is float32 only); a build without oneDNN cannot make such a
-// context. Both paths run on the context's thread pool.
+// With the context's compute ComputeDType::BF16 every call of more than kLinearFewRows rows
+// takes the tiled path with bf16 x and tiles; fewer rows take the fused float32 path as they
+// do under F32 (converting a tile for them costs more than their product). A build without
+// oneDNN cannot make such a context. Both paths run on the context's thread pool.
 void linear(ExecContext& ctx, const Tensor& x, const WeightMatrix& weight, const Tensor& bias, Tensor& y);
 // Rows [begin, begin+count) of x [rows, in] only: y [count, out] (resized). What a caller
 // that works in row chunks uses, so that its outputs exist for one chunk at a time.

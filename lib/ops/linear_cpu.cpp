@@ -100,8 +100,8 @@ void linear_cpu(const float* x, int64_t x_stride, const WeightMatrix& w, const f
   // A float32 weight read in place gains nothing from the fused kernel: Eigen's product
   // streams it faster (bench/bench_linear.cpp, docs/PERF.md "Decode"). Decode-sized calls
   // take the fused float32 path under --compute-dtype bf16 too: a tile converted for a few
-  // rows costs more than the product (a prefill's one-row lm_head over Gemma 3's 262K
-  // vocabulary was a fifth of its bf16 prefill, docs/PERF.md "Gemma 3 270M prefill").
+  // rows costs more than the product (a prefill's one-row lm_head converted Gemma 3's whole
+  // 262K x 640 embedding; docs/PERF.md "--compute-dtype bf16").
   if (rows <= kLinearFewRows && w.f32_rows(0) == nullptr)
     linear_few_rows_cpu(x, x_stride, w, bias, y, y_stride, rows, pool);
   else
@@ -221,7 +221,7 @@ const float* f32_tile(const WeightMatrix& w, int64_t begin, int64_t width) {
 
 // The bits of x rounded to the nearest bfloat16 (ties to even), NaN as Eigen's quiet NaN of
 // the same sign: the value Eigen's float -> bfloat16 cast gives. Branch-free, so the loops
-// below vectorise (Eigen's cast is scalar here: it was a seventh of a bf16 prefill).
+// below vectorise (Eigen's cast is scalar here).
 inline uint32_t bf16_rounded_bits(float x) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof u);
