@@ -243,7 +243,7 @@ void round_to_bf16(const float* src, Eigen::bfloat16* dst, int64_t n) {
   static_assert(sizeof(Eigen::bfloat16) == sizeof(uint16_t));
   for (int64_t i = 0; i < n; ++i) {
     const auto bits = static_cast<uint16_t>(bf16_rounded_bits(src[i]) >> 16);
-    std::memcpy(dst + i, &bits, sizeof bits);
+    std::memcpy(static_cast<void*>(dst + i), &bits, sizeof bits);
   }
 }
 
