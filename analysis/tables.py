@@ -3,6 +3,7 @@ perturbation along the answer from a `ckv eval --track-steps` output, as Markdow
 
     /usr/bin/python3 -m analysis.tables bound.h5 [--method 'criticalkv(snapkv)'] [--latex]
     /usr/bin/python3 -m analysis.tables steps.h5 [--layers all|global|local|0,5,11]
+    /usr/bin/python3 -m analysis.tables bound.h5 --mass
 
 Along the answer (docs/EVAL.md "Along the answer"): for each criticalkv(X) beside its X, per
 budget, the mean L1 at the first decoded token and over steps 2..n (n: the steps every record
@@ -17,6 +18,13 @@ the mean over evaluation queries), "Our bound" theta_hat of criticalkv and "Prev
 theta_rel of its base, Ratio = Our/Prev; then Figure 4's share of heads whose mean L over
 records is below the base's (the paper's statistic), the per-record share, and the share
 where criticalkv's S1 ≥ 1/2.
+
+Kept mass (`--mass`, a bound file): for each criticalkv(X) beside its X, per budget and per
+group of layers (global and local where the file has sliding layers, else all), the mean L1
+and the mean kept attention mass S (the evaluation queries' attention on the kept entries,
+before renormalisation) of both, the share of (record, layer, head) where criticalkv keeps
+less of it, and the correlation over them of criticalkv's extra L1 with the mass it gives up
+(docs/RESULTS.md "Gemma 3 270M along the answer").
 """
 from __future__ import annotations
 
@@ -86,6 +94,43 @@ ALONG_COLUMNS = ["budget", "base", "l1_step1", "l1_later", "steps_crit_lower", "
 ALONG_HEADERS = {"budget": "budget", "base": "criticalkv of", "l1_step1": "L1 step 1: base → crit",
                  "l1_later": "L1 steps 2–n (mean): base → crit", "steps_crit_lower": "steps where crit < base",
                  "kl_steps": "KL over steps: base → crit"}
+
+
+MASS_COLUMNS = ["budget", "base", "layers", "heads", "l1", "kept_mass", "share_crit_less_mass", "corr"]
+MASS_HEADERS = {"budget": "budget", "base": "criticalkv of", "layers": "layers", "heads": "(record, layer, head)",
+                "l1": "mean L1: base → crit", "kept_mass": "mean S: base → crit",
+                "share_crit_less_mass": "crit keeps less mass", "corr": "corr(ΔL1, S lost)"}
+
+
+def mass_pairs(f: BoundFile) -> list:
+    """One dict per (criticalkv pair, budget, layer group) with MASS_COLUMNS."""
+    pairs = f.base_pairs
+    if not pairs:
+        raise ValueError(f"{f.path}: no criticalkv(X) beside its X among {', '.join(f.methods)}")
+    sliding = set(f.sliding_layers)
+    layers = [int(l) for l in f.layers]
+    groups = ([("global", [i for i, l in enumerate(layers) if l not in sliding]),
+               ("local", [i for i, l in enumerate(layers) if l in sliding])] if sliding
+              else [("all", list(range(len(layers))))])
+    mm = np.stack([r.metrics_mean for r in f.records])  # [rec, method, budget, layer, head, metric]
+    l1, mass = f.metric_index("L1"), f.metric_index("S")
+    rows = []
+    for crit, base in pairs:
+        ci, bi_ = f.method_index(crit), f.method_index(base)
+        for b, label in enumerate(f.budget_labels):
+            for name, idx in groups:
+                if not idx:
+                    continue
+                c, p = mm[:, ci, b][:, idx], mm[:, bi_, b][:, idx]  # [rec, layer, head, metric]
+                extra, lost = (c[..., l1] - p[..., l1]).ravel(), (p[..., mass] - c[..., mass]).ravel()
+                corr = (float(np.corrcoef(extra, lost)[0, 1])
+                        if extra.size > 1 and extra.std() > 0 and lost.std() > 0 else float("nan"))
+                lb, lc = float(p[..., l1].mean()), float(c[..., l1].mean())
+                rows.append({"budget": label, "base": base, "layers": f"{name} ({len(idx)})", "heads": int(extra.size),
+                             "l1": f"{lb:.2f} → {lc:.2f} ({100 * (lc / lb - 1):+.1f} %)",
+                             "kept_mass": f"{float(p[..., mass].mean()):.4f} → {float(c[..., mass].mean()):.4f}",
+                             "share_crit_less_mass": float(np.mean(lost > 0)), "corr": f"{corr:.2f}"})
+    return rows
 
 
 def eval_layers(f: EvalFile, which: str):
@@ -185,10 +230,19 @@ def main(argv=None) -> int:
     p.add_argument("input")
     p.add_argument("--method", default=None)
     p.add_argument("--layers", default="all", help="eval --track-steps: all, global, local or a list")
+    p.add_argument("--mass", action="store_true", help="a bound file: kept attention mass against L1")
     p.add_argument("--latex", action="store_true")
     a = p.parse_args(argv)
     try:
         f = open_ckv(a.input)
+        if a.mass:
+            if not isinstance(f, BoundFile):
+                raise ValueError(f"{a.input}: --mass reads a ckv bound output")
+            rows = mass_pairs(f)
+            cap = f"Kept attention mass and L1, {f.model}, {f.data}, {len(f.records)} records; {f.protocol}"
+            print(to_latex(rows, MASS_COLUMNS, MASS_HEADERS, cap) if a.latex
+                  else f"{cap}\n\n" + to_markdown(rows, MASS_COLUMNS, MASS_HEADERS))
+            return 0
         if isinstance(f, EvalFile):
             n, rows = along_answer_pairs(f, eval_layers(f, a.layers))
             cap = (f"Mean L1 along the answer, {len(f.records)} records, first {n} steps, "

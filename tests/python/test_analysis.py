@@ -239,6 +239,29 @@ def test_table9_matches_file_and_ckv_json(outs):
     assert tex.count(r"\\") == 1 + len(rows) and r"\begin{tabular}" in tex
 
 
+def test_mass_pairs_match_file(outs, capsys):
+    mm, _, names = h5mean(outs / "bound.h5")
+    ix = names.index
+    f = open_ckv(outs / "bound.h5")
+    ci, bi_ = f.method_index("criticalkv(snapkv)"), f.method_index("snapkv")
+    rows = [r for r in T.mass_pairs(f) if r["base"] == "snapkv"]
+    assert [r["budget"] for r in rows] == f.budget_labels
+    for b, row in enumerate(rows):
+        c, p = mm[ci, b], mm[bi_, b]                                   # [layer, head, metric]
+        extra, lost = (c[..., ix("L1")] - p[..., ix("L1")]).ravel(), (p[..., ix("S")] - c[..., ix("S")]).ravel()
+        assert row["layers"] == "all (4)" and row["heads"] == extra.size  # no sliding layers
+        assert row["share_crit_less_mass"] == pytest.approx(np.mean(lost > 0))
+        assert float(row["corr"]) == pytest.approx(np.corrcoef(extra, lost)[0, 1], abs=0.005)
+        lb, lc = (float(x.split()[0]) for x in row["l1"].split(" → "))
+        assert (lb, lc) == pytest.approx((p[..., ix("L1")].mean(), c[..., ix("L1")].mean()), abs=0.005)
+        sb, sc = (float(x) for x in row["kept_mass"].split(" → "))
+        assert (sb, sc) == pytest.approx((p[..., ix("S")].mean(), c[..., ix("S")].mean()), abs=5e-5)
+    assert T.main([str(outs / "bound.h5"), "--mass"]) == 0
+    assert "crit keeps less mass" in capsys.readouterr().out
+    assert T.main([str(outs / "mask.h5"), "--mass"]) == 1
+    assert "--mass reads a ckv bound output" in capsys.readouterr().err
+
+
 def test_report_and_cli(outs, tmp_path):
     path = R.write_report(tmp_path / "rep", outs / "bound.h5", outs / "check.h5", outs / "mask.h5",
                           outs / "dump.h5", (2, 4))
