@@ -23,8 +23,11 @@ Kept mass (`--mass`, a bound file): for each criticalkv(X) beside its X, per bud
 group of layers (global and local where the file has sliding layers, else all), the mean L1
 and the mean kept attention mass S (the evaluation queries' attention on the kept entries,
 before renormalisation) of both, the share of (record, layer, head) where criticalkv keeps
-less of it, and the correlation over them of criticalkv's extra L1 with the mass it gives up
-(docs/RESULTS.md "Gemma 3 270M along the answer").
+less of it, the correlation over them of criticalkv's extra L1 with the mass it gives up,
+the mean C = sum_i A_i nu_i (docs/MATH.md §3) and the mean renormalisation term (1/S - 1) C, the
+part of the bound theta that the kept entries' rescaling by 1/S contributes, and the mean theta
+itself, which (unlike theta_hat's S1) sees the mass the selection keeps (docs/RESULTS.md
+"Gemma 3 270M along the answer").
 """
 from __future__ import annotations
 
@@ -96,10 +99,12 @@ ALONG_HEADERS = {"budget": "budget", "base": "criticalkv of", "l1_step1": "L1 st
                  "kl_steps": "KL over steps: base → crit"}
 
 
-MASS_COLUMNS = ["budget", "base", "layers", "heads", "l1", "kept_mass", "share_crit_less_mass", "corr"]
+MASS_COLUMNS = ["budget", "base", "layers", "heads", "l1", "kept_mass", "share_crit_less_mass", "corr", "c",
+                "renorm", "theta"]
 MASS_HEADERS = {"budget": "budget", "base": "criticalkv of", "layers": "layers", "heads": "(record, layer, head)",
                 "l1": "mean L1: base → crit", "kept_mass": "mean S: base → crit",
-                "share_crit_less_mass": "crit keeps less mass", "corr": "corr(ΔL1, S lost)"}
+                "share_crit_less_mass": "crit keeps less mass", "corr": "corr(ΔL1, S lost)",
+                "c": "mean C", "renorm": "mean (1/S − 1)·C: base → crit", "theta": "mean θ: base → crit"}
 
 
 def mass_pairs(f: BoundFile) -> list:
@@ -113,7 +118,7 @@ def mass_pairs(f: BoundFile) -> list:
                ("local", [i for i, l in enumerate(layers) if l in sliding])] if sliding
               else [("all", list(range(len(layers))))])
     mm = np.stack([r.metrics_mean for r in f.records])  # [rec, method, budget, layer, head, metric]
-    l1, mass = f.metric_index("L1"), f.metric_index("S")
+    l1, mass, big_c, theta = (f.metric_index(n) for n in ("L1", "S", "C", "theta"))
     rows = []
     for crit, base in pairs:
         ci, bi_ = f.method_index(crit), f.method_index(base)
@@ -129,7 +134,11 @@ def mass_pairs(f: BoundFile) -> list:
                 rows.append({"budget": label, "base": base, "layers": f"{name} ({len(idx)})", "heads": int(extra.size),
                              "l1": f"{lb:.2f} → {lc:.2f} ({100 * (lc / lb - 1):+.1f} %)",
                              "kept_mass": f"{float(p[..., mass].mean()):.4f} → {float(c[..., mass].mean()):.4f}",
-                             "share_crit_less_mass": float(np.mean(lost > 0)), "corr": f"{corr:.2f}"})
+                             "share_crit_less_mass": float(np.mean(lost > 0)), "corr": f"{corr:.2f}",
+                             "c": float(p[..., big_c].mean()),
+                             "renorm": " → ".join(f"{float(((1 / x[..., mass] - 1) * x[..., big_c]).mean()):.2f}"
+                                                  for x in (p, c)),
+                             "theta": f"{float(p[..., theta].mean()):.2f} → {float(c[..., theta].mean()):.2f}"})
     return rows
 
 

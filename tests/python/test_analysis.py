@@ -256,6 +256,12 @@ def test_mass_pairs_match_file(outs, capsys):
         assert (lb, lc) == pytest.approx((p[..., ix("L1")].mean(), c[..., ix("L1")].mean()), abs=0.005)
         sb, sc = (float(x) for x in row["kept_mass"].split(" → "))
         assert (sb, sc) == pytest.approx((p[..., ix("S")].mean(), c[..., ix("S")].mean()), abs=5e-5)
+        assert row["c"] == pytest.approx(p[..., ix("C")].mean()) == pytest.approx(c[..., ix("C")].mean())
+        rb, rc = (float(x) for x in row["renorm"].split(" → "))
+        assert (rb, rc) == pytest.approx([((1 / x[..., ix("S")] - 1) * x[..., ix("C")]).mean() for x in (p, c)],
+                                         abs=0.005)
+        tb, tc = (float(x) for x in row["theta"].split(" → "))
+        assert (tb, tc) == pytest.approx((p[..., ix("theta")].mean(), c[..., ix("theta")].mean()), abs=0.005)
     assert T.main([str(outs / "bound.h5"), "--mass"]) == 0
     assert "crit keeps less mass" in capsys.readouterr().out
     assert T.main([str(outs / "mask.h5"), "--mass"]) == 1

@@ -21,12 +21,14 @@ def test_a_long_run_is_skipped_only_when_its_comment_says_so():
 
 def test_the_marked_results_runs_and_what_reads_them_are_the_skipped_ones():
     # RESULTS.md's along-the-answer run of the default model, its figure, and the table of
-    # the Gemma 3 run (whose eval is skipped as needing a model CI does not fetch).
+    # the Gemma 3 runs (whose eval and bound are skipped as needing a model CI does not fetch).
     doc = ROOT / "docs" / "RESULTS.md"
     marked = [(n, c) for n, c in CE.examples(doc) if "long run" in CE.skip_reason(c)]
     assert [c.split()[:3] for _, c in marked] == [["build/ckv", "eval", "-t"],
                                                   ["/usr/bin/python3", "-m", "analysis.figures"],
+                                                  ["/usr/bin/python3", "-m", "analysis.tables"],
                                                   ["/usr/bin/python3", "-m", "analysis.tables"]]
-    assert all("steps_1024" in c for _, c in marked)
+    assert [c.split()[3] for _, c in marked[2:]] == ["gemma_steps_1024.h5", "gemma_mass_1024.h5"]
+    assert all("steps_1024" in c for _, c in marked[:3])
     gemma = [c for _, c in CE.examples(doc) if "models/gemma-3-270m" in c]
     assert gemma and all(CE.skip_reason(c) == "needs a model that is not here" for c in gemma)
