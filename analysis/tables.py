@@ -4,6 +4,7 @@ perturbation along the answer from a `ckv eval --track-steps` output, as Markdow
     /usr/bin/python3 -m analysis.tables bound.h5 [--method 'criticalkv(snapkv)'] [--latex]
     /usr/bin/python3 -m analysis.tables steps.h5 [--layers all|global|local|0,5,11]
     /usr/bin/python3 -m analysis.tables bound.h5 --mass
+    /usr/bin/python3 -m analysis.tables bound.h5 --swaps dump.h5
 
 Along the answer (docs/EVAL.md "Along the answer"): for each criticalkv(X) beside its X, per
 budget, the mean L1 at the first decoded token and over steps 2..n (n: the steps every record
@@ -28,6 +29,13 @@ the mean C = sum_i A_i nu_i (docs/MATH.md §3) and the mean renormalisation term
 part of the bound theta that the kept entries' rescaling by 1/S contributes, and the mean theta
 itself, which (unlike theta_hat's S1) sees the mass the selection keeps (docs/RESULTS.md
 "Gemma 3 270M along the answer").
+
+Swaps (`--swaps DUMP`, a bound file and a `ckv dump --what attn,nu` of the same records with
+the question's attention rows): for each criticalkv(X) beside its X, per budget and layer
+group, the entries one keeps and the other does not, per KV head: how many, the question's
+attention on X's own (kept by X only) and on criticalkv's own (kept by criticalkv only),
+their mean nu (nu_l1) and their A * nu, A the dump's attention averaged over the question's
+rows and the KV head's query heads (GQA's mean, as the selections').
 """
 from __future__ import annotations
 
@@ -36,7 +44,7 @@ import sys
 
 import numpy as np
 
-from .ckv_reader import BoundFile, EvalFile, open_ckv
+from .ckv_reader import BoundFile, DumpFile, EvalFile, open_ckv
 from .figures import _crit_pair
 from .figures_eval import along_answer
 
@@ -142,6 +150,65 @@ def mass_pairs(f: BoundFile) -> list:
     return rows
 
 
+SWAP_COLUMNS = ["budget", "base", "layers", "swapped", "mass", "nu", "a_nu"]
+SWAP_HEADERS = {"budget": "budget", "base": "criticalkv of", "layers": "layers",
+                "swapped": "entries swapped per KV head", "mass": "question's A: base's own → crit's own",
+                "nu": "mean ν: base's own, crit's own", "a_nu": "Σ A·ν: base's own → crit's own"}
+
+
+def swap_pairs(f: BoundFile, dump: DumpFile) -> list:
+    """One dict per (criticalkv pair, budget, layer group) with SWAP_COLUMNS: the entries
+    that criticalkv(X) and X disagree on, read against the question's attention in `dump`."""
+    pairs = f.base_pairs
+    if not pairs:
+        raise ValueError(f"{f.path}: no criticalkv(X) beside its X among {', '.join(f.methods)}")
+    if dump.attrs.get("model_sha256") != f.attrs.get("model_sha256"):
+        raise ValueError(f"{dump.path}: another model than {f.path}'s")
+    sliding = set(f.sliding_layers)
+    layers = [int(l) for l in f.layers]
+    n_kv = int(f.records[0].kept_count.shape[-1])
+    acc = {}  # (pair, budget, group) -> lists over (record, layer, kv head)
+    for rec in f.records:
+        if rec.id not in dump.record_ids:
+            raise ValueError(f"{dump.path}: no record {rec.id} (dump the bound's input)")
+        c = rec.context_end
+        rows = dump.array(rec.id, "attn_rows")
+        question = rows >= rec.question_start
+        if not question.any():
+            raise ValueError(f"{dump.path}: record {rec.id} has no attention row of the question "
+                             f"(positions {rec.question_start} on; dump with --attn-rows window)")
+        kept = f.kept_mask(rec.id).astype(bool)  # [method, budget, layer, kv, c]
+        for li, layer in enumerate(layers):
+            attn = dump.array(rec.id, "attn", layer).astype(np.float64)[:, question, :c].mean(axis=1)
+            nu = dump.array(rec.id, "nu_l1", layer).astype(np.float64)[:, :c]
+            group = attn.shape[0] // n_kv
+            name = ("local" if layer in sliding else "global") if sliding else "all"
+            for crit, base in pairs:
+                ci, bi_ = f.method_index(crit), f.method_index(base)
+                for b in range(len(f.budget_labels)):
+                    o = acc.setdefault((base, b, name), {k: [] for k in ("n", "mb", "mc", "nb", "nc", "ab", "ac")})
+                    for g in range(n_kv):
+                        a = attn[g * group:(g + 1) * group].mean(axis=0)
+                        v = nu[g * group:(g + 1) * group].mean(axis=0)
+                        own_b = kept[bi_, b, li, g] & ~kept[ci, b, li, g]
+                        own_c = kept[ci, b, li, g] & ~kept[bi_, b, li, g]
+                        o["n"].append(own_b.sum())
+                        o["mb"].append(a[own_b].sum())
+                        o["mc"].append(a[own_c].sum())
+                        o["nb"].append(v[own_b].mean() if own_b.any() else np.nan)
+                        o["nc"].append(v[own_c].mean() if own_c.any() else np.nan)
+                        o["ab"].append((a[own_b] * v[own_b]).sum())
+                        o["ac"].append((a[own_c] * v[own_c]).sum())
+    rows_out = []
+    for (base, b, name), o in sorted(acc.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        m = {k: float(np.nanmean(x)) for k, x in o.items()}
+        count = sum(1 for l in layers if ((("local" if l in sliding else "global") if sliding else "all") == name))
+        rows_out.append({"budget": f.budget_labels[b], "base": base, "layers": f"{name} ({count})",
+                         "swapped": f"{m['n']:.1f}", "mass": f"{m['mb']:.4f} → {m['mc']:.4f}",
+                         "nu": f"{m['nb']:.1f}, {m['nc']:.1f}", "a_nu": f"{m['ab']:.3f} → {m['ac']:.3f}"})
+    return rows_out
+
+
 def eval_layers(f: EvalFile, which: str):
     """Model layer indices for --layers: None for all; 'global'/'local' from the file's
     sliding layers; else a comma list."""
@@ -240,10 +307,21 @@ def main(argv=None) -> int:
     p.add_argument("--method", default=None)
     p.add_argument("--layers", default="all", help="eval --track-steps: all, global, local or a list")
     p.add_argument("--mass", action="store_true", help="a bound file: kept attention mass against L1")
+    p.add_argument("--swaps", metavar="DUMP", help="a bound file and a dump of its records (attn, nu)")
     p.add_argument("--latex", action="store_true")
     a = p.parse_args(argv)
     try:
         f = open_ckv(a.input)
+        if a.swaps:
+            dump = open_ckv(a.swaps)
+            if not isinstance(f, BoundFile) or not isinstance(dump, DumpFile):
+                raise ValueError("--swaps reads a ckv bound output and a ckv dump (--what attn,nu) of its records")
+            rows = swap_pairs(f, dump)
+            cap = (f"Entries criticalkv and its base disagree on, {f.model}, {f.data}, {len(f.records)} records; "
+                   f"{f.protocol}")
+            print(to_latex(rows, SWAP_COLUMNS, SWAP_HEADERS, cap) if a.latex
+                  else f"{cap}\n\n" + to_markdown(rows, SWAP_COLUMNS, SWAP_HEADERS))
+            return 0
         if a.mass:
             if not isinstance(f, BoundFile):
                 raise ValueError(f"{a.input}: --mass reads a ckv bound output")

@@ -180,6 +180,12 @@ class BoundFile(CkvFile):
         i = self.metric_index(name)
         return np.mean([r.metrics_mean[..., i] for r in self.records], axis=0)
 
+    def kept_mask(self, record_id: str) -> np.ndarray:
+        """[method, budget, layer, kv_head, context_end] uint8, 1 where the selection keeps the
+        entry: read from the file when asked (it is the largest dataset of a record)."""
+        with h5py.File(self.path, "r") as f:
+            return f[f"records/{record_id}/kept_mask"][()]
+
     def min_metric(self, name: str) -> np.ndarray:
         """[method, budget, layer, head]: the smallest value over queries and records."""
         i = self.metric_index(name)

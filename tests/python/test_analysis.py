@@ -59,6 +59,8 @@ def outs(tmp_path_factory):
         "-o", str(tmp / "niah.jsonl"))
     niah = ["-i", str(tmp / "niah.jsonl")]
     ckv("bound", *m, *niah, "--budgets", "0.1,0.2", "--layers", LAYERS, "-o", str(tmp / "bound_niah"))
+    ckv("dump", *m, *niah, "--layers", LAYERS, "--what", "attn,nu", "--attn-rows", "window",
+        "-o", str(tmp / "dump_niah.h5"))
     ckv("mask", *m, *niah, "--method", "snapkv", "--budget", "0.2", "-o", str(tmp / "mask_base.h5"))
     ckv("mask", *m, *niah, "--method", "criticalkv(snapkv)", "--budget", "0.2",
         "-o", str(tmp / "mask_crit.h5"))
@@ -266,6 +268,36 @@ def test_mass_pairs_match_file(outs, capsys):
     assert "crit keeps less mass" in capsys.readouterr().out
     assert T.main([str(outs / "mask.h5"), "--mass"]) == 1
     assert "--mass reads a ckv bound output" in capsys.readouterr().err
+
+
+def test_swap_pairs_match_files(outs, capsys):
+    f, dump = open_ckv(outs / "bound_niah.h5"), open_ckv(outs / "dump_niah.h5")
+    rows = [r for r in T.swap_pairs(f, dump) if r["base"] == "snapkv"]
+    assert [r["budget"] for r in rows] == f.budget_labels and all(r["layers"] == "all (4)" for r in rows)
+    ci, bi_ = f.method_index("criticalkv(snapkv)"), f.method_index("snapkv")
+    with h5py.File(outs / "bound_niah.h5", "r") as hb, h5py.File(outs / "dump_niah.h5", "r") as hd:
+        rid = list(hb["records"])[0]
+        kept = hb[f"records/{rid}/kept_mask"][()].astype(bool)
+        q0, c = int(hb[f"records/{rid}"].attrs["question_start"]), int(hb[f"records/{rid}"].attrs["context_end"])
+        rows_d = hd[f"records/{rid}/attn_rows"][()]
+        n_kv = kept.shape[3]
+        for b, row in enumerate(rows):
+            n, mb, mc = [], [], []
+            for li, layer in enumerate(LAYERS.split(",")):
+                attn = hd[f"records/{rid}/layers/{layer}/attn"][()].astype(np.float64)[:, rows_d >= q0, :c].mean(axis=1)
+                group = attn.shape[0] // n_kv
+                for g in range(n_kv):
+                    a = attn[g * group:(g + 1) * group].mean(axis=0)
+                    own_b, own_c = kept[bi_, b, li, g] & ~kept[ci, b, li, g], kept[ci, b, li, g] & ~kept[bi_, b, li, g]
+                    n.append(own_b.sum()), mb.append(a[own_b].sum()), mc.append(a[own_c].sum())
+            assert float(row["swapped"]) == pytest.approx(np.mean(n), abs=0.05)
+            got = [float(x) for x in row["mass"].split(" → ")]
+            assert got == pytest.approx([np.mean(mb), np.mean(mc)], abs=5e-5)
+            assert np.mean(n) > 0  # the two selections differ somewhere, so the test can fail
+    assert T.main([str(outs / "bound_niah.h5"), "--swaps", str(outs / "dump_niah.h5")]) == 0
+    assert "crit's own" in capsys.readouterr().out
+    assert T.main([str(outs / "bound_niah.h5"), "--swaps", str(outs / "bound.h5")]) == 1
+    assert "--swaps reads" in capsys.readouterr().err
 
 
 def test_report_and_cli(outs, tmp_path):

@@ -27,8 +27,11 @@ def test_the_marked_results_runs_and_what_reads_them_are_the_skipped_ones():
     assert [c.split()[:3] for _, c in marked] == [["build/ckv", "eval", "-t"],
                                                   ["/usr/bin/python3", "-m", "analysis.figures"],
                                                   ["/usr/bin/python3", "-m", "analysis.tables"],
+                                                  ["/usr/bin/python3", "-m", "analysis.tables"],
                                                   ["/usr/bin/python3", "-m", "analysis.tables"]]
-    assert [c.split()[3] for _, c in marked[2:]] == ["gemma_steps_1024.h5", "gemma_mass_1024.h5"]
+    assert [c.split()[3:5] for _, c in marked[2:]] == [["gemma_steps_1024.h5", "--layers"],
+                                                      ["gemma_mass_1024.h5", "--mass"],
+                                                      ["gemma_mass_1024.h5", "--swaps"]]
     assert all("steps_1024" in c for _, c in marked[:3])
     gemma = [c for _, c in CE.examples(doc) if "models/gemma-3-270m" in c]
     assert gemma and all(CE.skip_reason(c) == "needs a model that is not here" for c in gemma)
