@@ -2,8 +2,9 @@
 // against the keys each row sees, an fp32 softmax per row, and the product with the values,
 // in one pass over a block-sized scratch and with no GEMM packing.
 //
-// The keys of a KV head are transposed once per call into K^T [d_head, keys] (shared by the
-// group's query heads and every block), so a tile of logits is kScoreRows query rows times
+// The keys of a KV head are transposed once per call into K^T [d_head, keys], stored in
+// panels of one logits tile's keys (kt_index; shared by the group's query heads and every
+// block), so a tile of logits is kScoreRows query rows times
 // kScorePackets vectors of keys, accumulated over d_head with one broadcast and one FMA per
 // element. The value product reads V rows as they are stored: kValueRows rows of
 // probabilities times up to kValuePackets vectors of an output row. Written on Eigen's packet
@@ -302,7 +303,8 @@ void attend_block(const Block& unshifted, EditLogits&& edit_logits, OnRow&& on_r
   }
 }
 
-// K^T of every KV head, [n_kv_head][d, stride] (stride a multiple of kKeyTile), one task
+// K^T of every KV head, [n_kv_head][d * stride] in panels (kt_index; stride, the keys, a
+// multiple of kKeyTile), one task
 // per head and block of keys, into the calling thread's buffer (kept between calls, so a
 // forward pass does not fault in fresh pages for it at every layer).
 const float* transpose_heads(int64_t n_kv_head, int64_t d, int64_t stride, ThreadPool& pool,
