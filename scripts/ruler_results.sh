@@ -38,6 +38,17 @@ BUDGETS="${BUDGETS:-0.1,0.125,0.2,0.25,0.4,0.5,0.75}"
 SHARDS="${SHARDS:-1}"
 SHARD="${SHARD:-}"
 log() { printf '[ruler_results] %s\n' "$*" >&2; }
+# Runs "$@" to make the file $1 unless it exists, under a lock of its own: the shards of one
+# run (started together, SHARD=0..N-1) share their inputs, and the first writes each while
+# the others wait (ckv refuses a second writer of one output).
+make_once() {
+  local file=$1; shift
+  [ -e "$file" ] && return 0
+  (
+    flock 9
+    [ -e "$file" ] || "$@"
+  ) 9>"$(dirname "$file")/.$(basename "$file").lock"
+}
 [ -f "$MODEL" ] || [ -d "$MODEL" ] || { echo "ruler_results.sh: model $MODEL not found" >&2; exit 2; }
 mkdir -p "$OUT"
 
@@ -48,8 +59,10 @@ if [[ $METHODS == *headkv* ]]; then
     profile="$OUT/headkv_profile.json"
     if [ ! -e "$profile" ] && [ -z "${SKIP_RUN:-}" ]; then
       log "retrieval-head profile for headkv: ckv profile over 8 NIAH records"
-      "$CKV" niah -q -m "$MODEL" --length 1024 --count 8 --seed 3 -o "$OUT/profile_niah.jsonl" --force
-      "$CKV" profile -q -m "$MODEL" -t "$THREADS" -i "$OUT/profile_niah.jsonl" -o "$profile" --force
+      make_once "$OUT/profile_niah.jsonl" \
+        "$CKV" niah -q -m "$MODEL" --length 1024 --count 8 --seed 3 -o "$OUT/profile_niah.jsonl"
+      make_once "$profile" \
+        "$CKV" profile -q -m "$MODEL" -t "$THREADS" -i "$OUT/profile_niah.jsonl" -o "$profile"
     fi
   fi
   method_flags+=(--headkv-profile "$profile")
@@ -58,7 +71,7 @@ fi
 if [ -z "${SKIP_RUN:-}" ]; then
   for task in $TASKS; do
     records="$OUT/ruler_$task.jsonl"
-    [ -e "$records" ] || "$CKV" ruler -q -m "$MODEL" --task "$task" --length "$LENGTH" --count "$COUNT" \
+    make_once "$records" "$CKV" ruler -q -m "$MODEL" --task "$task" --length "$LENGTH" --count "$COUNT" \
                               --seed "$SEED" -o "$records"
     # RULER's generation budget of the task, as the records carry it.
     budget=$(python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["ruler"]["tokens_to_generate"])' "$records")
