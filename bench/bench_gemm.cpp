@@ -1,6 +1,6 @@
 // The prefill GEMM engine, side by side in one run (issue 12, item 3): y = x W^T with
-// x [rows, in] float32 and W [out, in] float32, on the default model's and an 8B model's
-// layer shapes at 512 and 2048 rows, 2 threads by default.
+// x [rows, in] float32 and W [out, in] float32, on the layer shapes of the default model,
+// Gemma 3 270M and an 8B model at 512 and 2048 rows, 2 threads by default.
 //
 //   eigen         ckv's ops/linear tiled path on a float32 weight (column chunks from the
 //                 shape, one single-threaded Eigen GEMM per chunk on ckv's thread pool)
@@ -43,6 +43,8 @@ struct Shape {
 
 constexpr Shape kShapes[] = {{"135M.q", 576, 576},         {"135M.kv", 192, 576},
                              {"135M.up", 1536, 576},       {"135M.down", 576, 1536},
+                             {"270M.q", 1024, 640},        {"270M.up", 2048, 640},
+                             {"270M.down", 640, 2048},
                              {"8B.q", 4096, 4096},         {"8B.kv", 1024, 4096},
                              {"8B.up", 14336, 4096},       {"8B.down", 4096, 14336}};
 
