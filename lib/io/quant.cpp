@@ -24,9 +24,10 @@ namespace {
 
 // With AVX-512, the 32-element blocks of 4- and 5-bit codes (Q4_0, Q4_1, Q5_0, Q5_1) are
 // converted in registers, 16 elements per instruction, with the Decoder's arithmetic: one
-// product rounded on its own, then the min added (bench: 0.18 ns an element against 0.49-0.55
-// through the Decoder, which the compiler did not vectorise well; docs/PERF.md "Gemma 3 270M
-// prefill"). Elsewhere they take the generic loop below.
+// product rounded on its own, then the min added (bench/bench_dequant.cpp: 0.18-0.19 ns an
+// element against 0.23-0.56 through the Decoder, which the compiler did not vectorise well;
+// docs/PERF.md "Dequantisation of the 32-element nibble blocks"). Elsewhere they take the
+// generic loop below.
 #if defined(__AVX512F__)
 constexpr bool nibble_block(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1;
