@@ -9,10 +9,9 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <random>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/thread_pool.h"
 #include "ops/attention.h"
 
@@ -28,18 +27,8 @@ constexpr Shape kShapes[] = {{"gemma3.local", 4, 1, 256, 512},  {"gemma3.global"
                              {"smollm2", 9, 3, 64, 0},          {"llama8B", 32, 8, 128, 0},
                              {"mistral7B.window", 32, 8, 128, 4096}};
 
-int threads() {
-  const char* t = std::getenv("CKV_BENCH_THREADS");
-  return t != nullptr ? std::max(1, std::atoi(t)) : 2;
-}
-
-std::vector<float> random_floats(int64_t n, uint32_t seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using ckv::bench::random_floats;
+using ckv::bench::threads;
 
 // The (query, key) pairs of a causal prefill of seq rows, each row seeing at most window keys.
 double pairs(int64_t seq, int64_t window) {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/thread_pool.h"
 #include "io/weight_matrix.h"
 #include "ops/linear.h"
@@ -48,18 +49,8 @@ constexpr Shape kShapes[] = {{"135M.q", 576, 576},         {"135M.kv", 192, 576}
                              {"8B.q", 4096, 4096},         {"8B.kv", 1024, 4096},
                              {"8B.up", 14336, 4096},       {"8B.down", 4096, 14336}};
 
-int threads() {
-  const char* t = std::getenv("CKV_BENCH_THREADS");
-  return t != nullptr ? std::max(1, std::atoi(t)) : 2;
-}
-
-std::vector<float> random_floats(int64_t n, uint32_t seed, float scale) {
-  std::vector<float> v(static_cast<size_t>(n));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using ckv::bench::random_floats;
+using ckv::bench::threads;
 
 void set_counters(benchmark::State& state, Shape s, int64_t rows) {
   state.counters["GFLOPS"] = benchmark::Counter(2.0 * static_cast<double>(rows * s.out * s.in) *
