@@ -115,16 +115,24 @@ MASS_HEADERS = {"budget": "budget", "base": "criticalkv of", "layers": "layers",
                 "c": "mean C", "renorm": "mean (1/S − 1)·C: base → crit", "theta": "mean θ: base → crit"}
 
 
+def _layer_groups(f: BoundFile) -> list:
+    """[(name, positions in f.layers)]: global and local where the file has sliding layers
+    (empty groups left out), else all."""
+    sliding = set(f.sliding_layers)
+    layers = [int(l) for l in f.layers]
+    if not sliding:
+        return [("all", list(range(len(layers))))]
+    groups = [(name, [i for i, l in enumerate(layers) if (l in sliding) == (name == "local")])
+              for name in ("global", "local")]
+    return [(name, idx) for name, idx in groups if idx]
+
+
 def mass_pairs(f: BoundFile) -> list:
     """One dict per (criticalkv pair, budget, layer group) with MASS_COLUMNS."""
     pairs = f.base_pairs
     if not pairs:
         raise ValueError(f"{f.path}: no criticalkv(X) beside its X among {', '.join(f.methods)}")
-    sliding = set(f.sliding_layers)
-    layers = [int(l) for l in f.layers]
-    groups = ([("global", [i for i, l in enumerate(layers) if l not in sliding]),
-               ("local", [i for i, l in enumerate(layers) if l in sliding])] if sliding
-              else [("all", list(range(len(layers))))])
+    groups = _layer_groups(f)
     mm = np.stack([r.metrics_mean for r in f.records])  # [rec, method, budget, layer, head, metric]
     l1, mass, big_c, theta = (f.metric_index(n) for n in ("L1", "S", "C", "theta"))
     rows = []
@@ -132,8 +140,6 @@ def mass_pairs(f: BoundFile) -> list:
         ci, bi_ = f.method_index(crit), f.method_index(base)
         for b, label in enumerate(f.budget_labels):
             for name, idx in groups:
-                if not idx:
-                    continue
                 c, p = mm[:, ci, b][:, idx], mm[:, bi_, b][:, idx]  # [rec, layer, head, metric]
                 extra, lost = (c[..., l1] - p[..., l1]).ravel(), (p[..., mass] - c[..., mass]).ravel()
                 corr = (float(np.corrcoef(extra, lost)[0, 1])
@@ -164,8 +170,8 @@ def swap_pairs(f: BoundFile, dump: DumpFile) -> list:
         raise ValueError(f"{f.path}: no criticalkv(X) beside its X among {', '.join(f.methods)}")
     if dump.attrs.get("model_sha256") != f.attrs.get("model_sha256"):
         raise ValueError(f"{dump.path}: another model than {f.path}'s")
-    sliding = set(f.sliding_layers)
     layers = [int(l) for l in f.layers]
+    group_of = {i: (name, len(idx)) for name, idx in _layer_groups(f) for i in idx}
     n_kv = int(f.records[0].kept_count.shape[-1])
     acc = {}  # (pair, budget, group) -> lists over (record, layer, kv head)
     for rec in f.records:
@@ -182,7 +188,7 @@ def swap_pairs(f: BoundFile, dump: DumpFile) -> list:
             attn = dump.array(rec.id, "attn", layer).astype(np.float64)[:, question, :c].mean(axis=1)
             nu = dump.array(rec.id, "nu_l1", layer).astype(np.float64)[:, :c]
             group = attn.shape[0] // n_kv
-            name = ("local" if layer in sliding else "global") if sliding else "all"
+            name = group_of[li]
             for crit, base in pairs:
                 ci, bi_ = f.method_index(crit), f.method_index(base)
                 for b in range(len(f.budget_labels)):
@@ -200,9 +206,8 @@ def swap_pairs(f: BoundFile, dump: DumpFile) -> list:
                         o["ab"].append((a[own_b] * v[own_b]).sum())
                         o["ac"].append((a[own_c] * v[own_c]).sum())
     rows_out = []
-    for (base, b, name), o in sorted(acc.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+    for (base, b, (name, count)), o in sorted(acc.items()):
         m = {k: float(np.nanmean(x)) for k, x in o.items()}
-        count = sum(1 for l in layers if ((("local" if l in sliding else "global") if sliding else "all") == name))
         rows_out.append({"budget": f.budget_labels[b], "base": base, "layers": f"{name} ({count})",
                          "swapped": f"{m['n']:.1f}", "mass": f"{m['mb']:.4f} → {m['mc']:.4f}",
                          "nu": f"{m['nb']:.1f}, {m['nc']:.1f}", "a_nu": f"{m['ab']:.3f} → {m['ac']:.3f}"})

@@ -158,6 +158,33 @@ TEST(LinearEngine, TiledPathIndependentOfThreadsBitForBit) {
     }
 }
 
+// Under bf16 a call of at most kLinearFewRows rows (a decode step, a prefill's last-row
+// logits) takes the fused float32 path, so it equals the float32 call bit for bit; one more
+// row takes the bf16 tiles and differs from float32 by bf16's rounding.
+TEST(LinearEngine, Bf16LeavesDecodeSizedCallsInFloat32) {
+  if (!compute_dtype_available(ComputeDType::BF16)) GTEST_SKIP() << "built without oneDNN";
+  for (const ComputeCase& c : available_computes()) {
+    if (c.compute != ComputeDType::BF16) continue;
+    SCOPED_TRACE(c.name());
+    const ForcedBf16Kernel forced(c.kernel);
+    ExecContext f32({.threads = 2, .compute = ComputeDType::F32}), bf16({.threads = 2, .compute = ComputeDType::BF16});
+    for (const DType t : {DType::Q4_1, DType::Q8_0}) {
+      SCOPED_TRACE(std::string(dtype_name(t)));
+      const int64_t in = cols_of(t), out = 96;
+      const std::vector<uint8_t> bytes = random_blocks(t, out, in, 61);
+      const WeightMatrix w = WeightMatrix::view(t, out, in, bytes, nullptr);
+      const Tensor x = random_tensor({kLinearFewRows + 1, in}, 62), bias = random_tensor({1, out}, 63);
+      for (const int64_t rows : {int64_t{1}, kLinearFewRows, kLinearFewRows + 1}) {
+        SCOPED_TRACE(rows);
+        Tensor y32, y16;
+        linear_rows(f32, x, 0, rows, w, bias, y32);
+        linear_rows(bf16, x, 0, rows, w, bias, y16);
+        EXPECT_EQ(same_bits(y32.span(), y16.span()), rows <= kLinearFewRows);
+      }
+    }
+  }
+}
+
 // linear_rows_batch (a layer's q, k and v in one dispatch) gives each weight what
 // linear_rows gives it, bit for bit, on every path: tiled float32 (one parallel_for over all
 // the column chunks), few rows and bf16 (one weight after the other); with and without bias.
